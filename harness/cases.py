@@ -1,0 +1,239 @@
+"""How a suite defines what it measures, once, for the CLI, pytest and asv alike.
+
+A `Suite` holds three kinds of definitions:
+
+- conformance cases: functions of a `Context` that call `ctx.check(...)` for each thing the
+  release documents; the case fails when any check fails, and errors when it checked nothing;
+- benchmark cases: functions of a `Context` that time workloads side by side and record
+  metrics (medians, ratios, bytes) with units, and may check a figure against a floor;
+- workloads: builders `build(device, **params) -> callable` of the one statement a benchmark
+  times. The benchmark cases, the pytest-benchmark adapter and the asv classes all time the
+  callables these builders return, so they cannot drift apart.
+
+Parameters are lists of dicts per profile (`quick`, `full`); `grid()` builds products.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness import timing
+
+Params = dict[str, Any]
+ParamSpec = Sequence[Params] | Mapping[str, Sequence[Params]]
+PROFILES = ("quick", "full")
+DEVICES = ("cpu", "cuda")
+
+# Seconds of measurement per timed statement in each profile.
+MIN_RUN_TIME = {"quick": 0.3, "full": 1.5}
+
+
+class Skip(Exception):
+    """Raised by a case that cannot run here; the message says why."""
+
+
+def grid(**axes: Sequence[Any]) -> list[Params]:
+    """All combinations of the given parameter values, as a list of dicts."""
+    names = list(axes)
+    return [dict(zip(names, values, strict=True)) for values in itertools.product(*axes.values())]
+
+
+def param_id(params: Params) -> str:
+    return "-".join(f"{k}={v}" for k, v in params.items()) or "default"
+
+
+@dataclass
+class Metric:
+    name: str
+    value: float | None
+    unit: str
+    # what kind of figure this is; `compare` picks its regression threshold by kind
+    kind: str = "value"  # time | latency | throughput | ratio | bytes | error | count | value
+    better: str | None = None  # "higher", "lower", or None when direction does not apply
+    stats: dict[str, float | int] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d = {"name": self.name, "value": self.value, "unit": self.unit, "kind": self.kind}
+        d["better"] = self.better
+        if self.stats is not None:
+            d["stats"] = self.stats
+        return d
+
+
+@dataclass
+class Check:
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+@dataclass
+class Context:
+    """What a case receives: where and how to run, and where to put what it found."""
+
+    device: str
+    profile: str
+    params: Params
+    metrics: list[Metric] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    shown_tables: list[str] = field(default_factory=list)
+
+    @property
+    def min_run_time(self) -> float:
+        return MIN_RUN_TIME[self.profile]
+
+    def check(self, name: str, passed: bool, detail: str = "") -> bool:
+        """Record one documented behaviour as passed or failed; returns `passed`."""
+        self.checks.append(Check(name, bool(passed), detail))
+        return bool(passed)
+
+    def check_raises(
+        self,
+        name: str,
+        fn: Callable[[], object],
+        exc: type[BaseException] | tuple[type[BaseException], ...],
+        match: str | None = None,
+    ) -> bool:
+        """Check that `fn()` raises `exc` (and that its message contains `match`)."""
+        try:
+            fn()
+        except exc as e:
+            ok = match is None or match in str(e)
+            return self.check(name, ok, f"raised {type(e).__name__}: {str(e)[:200]}")
+        except Exception as e:  # the wrong exception is a failed check, not an error
+            return self.check(name, False, f"raised {type(e).__name__} instead: {str(e)[:200]}")
+        return self.check(name, False, "did not raise")
+
+    def metric(self, name: str, value: float | None, unit: str, **kw: Any) -> Metric:
+        m = Metric(name, None if value is None else float(value), unit, **kw)
+        self.metrics.append(m)
+        return m
+
+    def measure(self, name: str, fn: Callable[[], object], **kw: Any) -> timing.Timing:
+        """Time `fn` with the profile's run time and record its median as a metric."""
+        kw.setdefault("min_run_time", self.min_run_time)
+        t = timing.measure(fn, device=self.device, **kw)
+        self.metric(name, t.median, "s", kind="time", better="lower", stats=t.stats())
+        return t
+
+    def measure_side_by_side(
+        self, fns: Mapping[str, Callable[[], object]], **kw: Any
+    ) -> dict[str, timing.Timing]:
+        """Time several statements interleaved and record each median as a metric."""
+        kw.setdefault("min_run_time", self.min_run_time)
+        ts = timing.measure_interleaved(fns, device=self.device, **kw)
+        for name, t in ts.items():
+            self.metric(name, t.median, "s", kind="time", better="lower", stats=t.stats())
+        return ts
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def table(self, name: str, rows: list[dict[str, Any]], show: bool = False) -> None:
+        """Keep a table in the record; `show` also prints it in the CLI summary."""
+        self.tables[name] = rows
+        if show and name not in self.shown_tables:
+            self.shown_tables.append(name)
+
+
+@dataclass(frozen=True)
+class Case:
+    suite: str
+    name: str
+    kind: str  # "conformance" | "benchmark"
+    func: Callable[[Context], None]
+    doc: str
+    params: ParamSpec
+    devices: tuple[str, ...]
+    needs: tuple[str, ...]  # besides the device: "distributed", "torchvision", ...
+
+    def param_sets(self, profile: str) -> list[Params]:
+        return _param_sets(self.params, profile)
+
+    @property
+    def id(self) -> str:
+        return f"{self.suite}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A builder of the one statement a benchmark times: build(device, **params) -> fn."""
+
+    suite: str
+    name: str
+    build: Callable[..., Callable[[], object]]
+    doc: str
+    params: ParamSpec
+    devices: tuple[str, ...]
+    needs: tuple[str, ...]
+
+    def param_sets(self, profile: str) -> list[Params]:
+        return _param_sets(self.params, profile)
+
+
+def _param_sets(spec: ParamSpec, profile: str) -> list[Params]:
+    if isinstance(spec, Mapping):
+        return [dict(p) for p in spec[profile]]
+    return [dict(p) for p in spec] or [{}]
+
+
+def _first_line(fn: Callable) -> str:
+    return (fn.__doc__ or "").strip().split("\n")[0]
+
+
+class Suite:
+    """One release feature: its conformance cases, benchmark cases and workloads."""
+
+    def __init__(self, name: str, feature: str, status: str, summary: str):
+        self.name = name
+        self.feature = feature
+        self.status = status  # the feature's status in the 1.6 release: "stable" or "beta"
+        self.summary = summary
+        self.cases: list[Case] = []
+        self.workloads: list[Workload] = []
+
+    def _case(self, kind: str, params: ParamSpec, devices: Sequence[str], needs: Sequence[str]):
+        def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
+            self.cases.append(
+                Case(self.name, func.__name__, kind, func, _first_line(func),
+                     params or [{}], tuple(devices), tuple(needs))
+            )
+            return func
+
+        return register
+
+    def conformance(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
+                    needs: Sequence[str] = ()):
+        """Decorator: register a conformance case (named after the function)."""
+        return self._case("conformance", params, devices, needs)
+
+    def benchmark(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
+                  needs: Sequence[str] = ()):
+        """Decorator: register a benchmark case (named after the function)."""
+        return self._case("benchmark", params, devices, needs)
+
+    def workload(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
+                 needs: Sequence[str] = ()):
+        """Decorator: register a workload builder (named after the function)."""
+
+        def register(build: Callable[..., Callable[[], object]]):
+            self.workloads.append(
+                Workload(self.name, build.__name__, build, _first_line(build),
+                         params or [{}], tuple(devices), tuple(needs))
+            )
+            return build
+
+        return register
+
+    def case(self, name: str) -> Case:
+        for c in self.cases:
+            if c.name == name:
+                return c
+        raise KeyError(f"{self.name} has no case {name!r}")

@@ -1,0 +1,149 @@
+"""`release-bench`: list the suites, run them, show a run.
+
+Exit status: 0 when every case passed or skipped, 1 when any failed or errored, 2 for bad
+input (an unknown suite, profile or device, CUDA asked for but absent, an unreadable run
+file), always with one line on stderr saying what was wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from harness import records
+from harness.cases import DEVICES, PROFILES, param_id
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad input: reported as one line with exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse prints the whole usage block on error; one line says it better.
+    def error(self, message: str):
+        raise UsageError(message)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="release-bench", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    sub.add_parser("list", help="the suites, their cases, and what each needs")
+
+    run = sub.add_parser("run", help="run suites and write a run record")
+    run.add_argument("--suite", action="append", metavar="S",
+                     help="a suite to run (repeatable; default: all)")
+    run.add_argument("--case", metavar="TEXT", help="only cases whose name contains TEXT")
+    run.add_argument("--profile", default="quick", choices=PROFILES)
+    run.add_argument("--device", action="append", choices=DEVICES,
+                     help="cpu or cuda (repeatable; default: every device present)")
+    run.add_argument("--out", default="results/runs", metavar="DIR",
+                     help="where runs go, one folder per machine (default: results/runs)")
+    run.add_argument("--no-telemetry", action="store_true",
+                     help="do not sample the hardware while cases run")
+
+    sub.add_parser("require-cuda", help="exit 2 with one line unless torch sees a CUDA device")
+
+    show = sub.add_parser("show", help="summary table of a run")
+    show.add_argument("run", help="a run file, or a folder (its newest run)")
+    show.add_argument("--no-tables", action="store_true", help="omit the per-case tables")
+    return parser
+
+
+def _cmd_list(args) -> int:
+    from harness import registry
+
+    for suite in registry.all_suites():
+        print(f"{suite.name}: {suite.feature} (1.6 status: {suite.status})")
+        print(f"  {suite.summary}")
+        for c in suite.cases:
+            needs = ", ".join([f"devices: {'/'.join(c.devices)}", *c.needs])
+            sets = {p: len(c.param_sets(p)) for p in PROFILES}
+            print(f"  {c.kind:<11} {c.name:<34} [{needs}; param sets quick {sets['quick']}, "
+                  f"full {sets['full']}]")
+            if c.doc:
+                print(f"  {'':<11} {c.doc}")
+        for w in suite.workloads:
+            print(f"  {'workload':<11} {w.name:<34} [devices: {'/'.join(w.devices)}] {w.doc}")
+    return EXIT_OK
+
+
+def _devices(requested: Sequence[str] | None) -> list[str]:
+    import torch
+
+    if not requested:
+        return ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+    if "cuda" in requested and not torch.cuda.is_available():
+        raise UsageError("--device cuda: CUDA is not available on this machine")
+    return list(dict.fromkeys(requested))
+
+
+def _cmd_run(args) -> int:
+    from harness import registry, runner, summary, telemetry
+
+    names = registry.suite_names()
+    unknown = [s for s in args.suite or [] if s not in names]
+    if unknown:
+        raise UsageError(f"unknown suite {unknown[0]!r} (suites: {', '.join(names)})")
+    devices = _devices(args.device)
+    suites = [registry.load(n) for n in (args.suite or names)]
+    planned = runner.plan(suites, args.profile, devices, args.case)
+    if not planned:
+        raise UsageError("nothing to run: no case matches the given suite, case and device")
+    factory = None if args.no_telemetry else telemetry.sampler_factory(devices)
+    path, run = runner.run(planned, args.profile, args.out, telemetry=factory)
+    print(summary.run_summary(run))
+    print(f"\nrun written to {path}")
+    failed = [e for e in run["results"] if e["outcome"] in ("fail", "error")]
+    for e in failed:
+        print(f"{e['outcome']}: {e['suite']}/{e['case']} [{e['device']} {param_id(e['params'])}]"
+              f": {e['reason']}", file=sys.stderr)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _cmd_require_cuda(args) -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UsageError(f"no CUDA device visible to torch {torch.__version__} "
+                         f"(CUDA build: {torch.version.cuda or 'none'}); run this on a GPU machine")
+    print(f"CUDA {torch.version.cuda}: {torch.cuda.get_device_name(0)}")
+    return EXIT_OK
+
+
+def _cmd_show(args) -> int:
+    from harness import summary
+
+    run = records.read_run(records.resolve_run(args.run))
+    print(summary.run_summary(run, tables=not args.no_tables))
+    return EXIT_OK
+
+
+COMMANDS = {"list": _cmd_list, "run": _cmd_run, "show": _cmd_show,
+            "require-cuda": _cmd_require_cuda}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except (UsageError, records.RecordError) as e:
+        print(f"release-bench: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except ModuleNotFoundError as e:
+        if e.name not in ("torch", "torchvision"):
+            raise
+        print(f"release-bench: error: {e.name} is not installed in this Python "
+              f"({sys.executable})", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("release-bench: interrupted; finished cases are kept in the run file",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""Multi-process runs on this machine: one launcher owns ports, timeouts and failures.
+
+`launch(fn, nprocs, args)` starts `nprocs` spawned processes, each calling
+`fn(rank, world_size, *args)` with MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE set and every
+listener pinned to loopback, and returns their return values by rank. Whatever goes wrong
+becomes a `LaunchError` whose message is one line naming the first failure:
+
+- a worker raises: its exception type, message and traceback;
+- a worker exits without a result (os._exit, a segfault, the OOM killer): its exit code or
+  signal, and the tail of its log;
+- a worker hangs: the timeout, and which ranks were still running.
+
+When one worker fails its peers get `grace_s` to finish or fail on their own (a dead RPC
+peer usually makes them raise), then they are stopped. In every case all workers and their
+children are reaped before `launch` returns.
+
+Several machines are out of scope here: use torchrun, which sets the same variables.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import pickle
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch.multiprocessing as mp
+
+LOOPBACK = "127.0.0.1"
+LOG_TAIL_CHARS = 1500
+
+
+@dataclass
+class WorkerFailure:
+    rank: int
+    kind: str  # "exception", "exit", "timeout", "stopped"
+    message: str
+    traceback: str = ""
+    log_tail: str = ""
+
+
+class LaunchError(RuntimeError):
+    """Workers failed; str() is one line naming the first failure."""
+
+    def __init__(self, failures: list[WorkerFailure], label: str = "worker"):
+        self.failures = failures
+        first = failures[0]
+        if first.kind == "timeout":
+            ranks = ", ".join(str(f.rank) for f in failures if f.kind == "timeout")
+            line = f"{label}s timed out: {first.message} (ranks {ranks} still running, killed)"
+        else:
+            line = f"{label} rank {first.rank} {first.message}"
+            others = [f.rank for f in failures[1:]]
+            if others:
+                line += f" (peer ranks {', '.join(map(str, others))} then stopped)"
+        super().__init__(line)
+
+    def failures_json(self) -> list[dict[str, Any]]:
+        return [asdict(f) for f in self.failures]
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port nobody listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _write_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(obj, f)
+    os.replace(tmp, path)
+
+
+def _worker_main(
+    fn: Callable[..., Any],
+    rank: int,
+    world_size: int,
+    args: Sequence[Any],
+    workdir: str,
+    env: dict[str, str],
+    setup: Callable[[], None] | None,
+) -> None:
+    work = Path(workdir)
+    # Everything the worker prints (including a fatal signal's traceback) goes to its log,
+    # which the parent quotes when the worker dies.
+    log = open(work / f"rank{rank}.log", "w", buffering=1)  # noqa: SIM115 - lives until exit
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    faulthandler.enable(log)
+    os.environ.update(env, RANK=str(rank), LOCAL_RANK=str(rank))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            if setup is not None:
+                setup()
+            result: dict[str, Any] = {"ok": True, "value": fn(rank, world_size, *args)}
+            code = 0
+        except BaseException as e:  # report everything, including SystemExit, to the parent
+            result = {
+                "ok": False,
+                "type": type(e).__name__,
+                "message": str(e).splitlines()[0] if str(e) else "",
+                "traceback": traceback.format_exc(),
+            }
+            code = 1
+    # The parent re-issues the workers' warnings, so a run records them as it records its own.
+    result["warnings"] = list(
+        {(w.category, str(w.message), w.filename, w.lineno) for w in caught}
+    )
+    try:
+        _write_atomic(work / f"rank{rank}.pkl", result)
+    except Exception as e:  # an unpicklable return value
+        _write_atomic(work / f"rank{rank}.pkl", {
+            "ok": False, "type": type(e).__name__,
+            "message": f"result could not be pickled: {e}", "traceback": traceback.format_exc(),
+        })
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: RPC/Gloo threads left behind by a failure can block it.
+    os._exit(code)
+
+
+def _log_tail(workdir: Path, rank: int) -> str:
+    try:
+        return (workdir / f"rank{rank}.log").read_text(errors="replace")[-LOG_TAIL_CHARS:]
+    except OSError:
+        return ""
+
+
+def _collect(p: mp.Process, rank: int, workdir: Path) -> tuple[bool, Any]:
+    """(True, value) for a worker that returned, (False, WorkerFailure) otherwise."""
+    p.join()
+    res_file = workdir / f"rank{rank}.pkl"
+    if res_file.exists():
+        with open(res_file, "rb") as f:
+            res = pickle.load(f)
+        for category, message, filename, lineno in res.get("warnings", []):
+            warnings.warn_explicit(message, category, filename, lineno)
+        if res["ok"] and p.exitcode == 0:
+            return True, res["value"]
+        if not res["ok"]:
+            return False, WorkerFailure(
+                rank, "exception", f"raised {res['type']}: {res['message']}",
+                res["traceback"], _log_tail(workdir, rank))
+    code = p.exitcode
+    if code is not None and code < 0:
+        how = f"was killed by signal {signal.Signals(-code).name}"
+    else:
+        how = f"exited with code {code}"
+    return False, WorkerFailure(rank, "exit", f"{how} without a result", "",
+                                _log_tail(workdir, rank))
+
+
+def _reap(procs: list[mp.Process]) -> None:
+    """Stop every worker still alive, and any process it started."""
+    for p in procs:
+        if p.pid is None or not p.is_alive():
+            continue
+        try:
+            kids = psutil.Process(p.pid).children(recursive=True)
+        except psutil.Error:
+            kids = []
+        p.terminate()
+        p.join(2)
+        if p.is_alive():
+            p.kill()
+            p.join(5)
+        for k in kids:
+            try:
+                k.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(kids, timeout=5)
+    for p in procs:
+        if p.pid is not None:
+            p.join(1)
+
+
+def launch(
+    fn: Callable[..., Any],
+    nprocs: int,
+    args: Sequence[Any] = (),
+    *,
+    timeout_s: float = 300.0,
+    grace_s: float = 5.0,
+    setup: Callable[[], None] | None = None,
+    env: dict[str, str] | None = None,
+    host: str = LOOPBACK,
+    label: str = "worker",
+) -> list[Any]:
+    """Run `fn(rank, nprocs, *args)` in `nprocs` spawned processes; return values by rank.
+
+    `fn` and `setup` must be importable module-level functions (spawn pickles them by name);
+    `setup()` runs in each worker before `fn`, for instance to patch torch on purpose.
+    """
+    if nprocs < 1:
+        raise ValueError("nprocs must be at least 1")
+    workdir = Path(tempfile.mkdtemp(prefix="release-bench-launch-"))
+    worker_env = {
+        "MASTER_ADDR": host,
+        "MASTER_PORT": str(free_port(host)),
+        "WORLD_SIZE": str(nprocs),
+        "LOCAL_WORLD_SIZE": str(nprocs),
+    }
+    if host == LOOPBACK:
+        # Gloo and TensorPipe pick an interface by hostname otherwise; keep them on loopback.
+        worker_env.update(GLOO_SOCKET_IFNAME="lo", TP_SOCKET_IFNAME="lo")
+    worker_env.update(env or {})
+    ctx = mp.get_context("spawn")
+    procs = [
+        ctx.Process(
+            target=_worker_main,
+            args=(fn, rank, nprocs, tuple(args), str(workdir), worker_env, setup),
+            name=f"{label}-{rank}",
+            daemon=True,
+        )
+        for rank in range(nprocs)
+    ]
+    results: dict[int, Any] = {}
+    failures: list[WorkerFailure] = []
+    try:
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + timeout_s
+        pending = dict(enumerate(procs))
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            done = wait([p.sentinel for p in pending.values()], timeout=remaining)
+            for rank, p in list(pending.items()):
+                if p.sentinel not in done:
+                    continue
+                del pending[rank]
+                ok, value = _collect(p, rank, workdir)
+                if ok:
+                    results[rank] = value
+                    continue
+                if not failures:  # the first failure: peers get a grace period, not more
+                    deadline = min(deadline, time.monotonic() + grace_s)
+                failures.append(value)
+        peer_failed = bool(failures)
+        for rank in sorted(pending):
+            if peer_failed:
+                failures.append(WorkerFailure(rank, "stopped", "stopped after a peer failed",
+                                              "", _log_tail(workdir, rank)))
+            else:
+                failures.append(WorkerFailure(rank, "timeout", f"no result after {timeout_s:g} s",
+                                              "", _log_tail(workdir, rank)))
+    finally:
+        _reap(procs)
+        shutil.rmtree(workdir, ignore_errors=True)
+    if failures:
+        raise LaunchError(failures, label)
+    return [results[r] for r in range(nprocs)]

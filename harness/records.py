@@ -1,0 +1,159 @@
+"""The run record: one versioned JSON document per run, written atomically.
+
+Layout (field names are a contract other tools read; add, never rename):
+
+    {"schema_version": 1, "machine": {...fingerprint...}, "profile": "quick",
+     "started": ISO-8601, "finished": ISO-8601 or null while running,
+     "command": [...], "notes": [...],
+     "results": [{"suite", "case", "kind", "device", "params", "outcome", "reason",
+                  "metrics": [{"name", "value", "unit", "kind", "better", "stats"?}],
+                  "checks": [{"name", "passed", "detail"}], "notes": [...],
+                  "tables": {name: [row, ...]}, "details": {...},
+                  "telemetry": {...}, "started", "elapsed_s"}]}
+
+Runs live under results/runs/<machine name>/<started>-<profile>.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+SCHEMA_VERSION = 1
+OUTCOMES = ("pass", "fail", "skip", "error")
+
+_METRIC = {
+    "type": "object",
+    "required": ["name", "value", "unit"],
+    "properties": {
+        "name": {"type": "string"},
+        "value": {"type": ["number", "null"]},
+        "unit": {"type": "string"},
+        "kind": {"type": "string"},
+        "better": {"enum": ["higher", "lower", None]},
+        "stats": {"type": ["object", "null"]},
+    },
+}
+
+_RESULT = {
+    "type": "object",
+    "required": ["suite", "case", "params", "outcome", "reason", "metrics"],
+    "properties": {
+        "suite": {"type": "string"},
+        "case": {"type": "string"},
+        "kind": {"enum": ["conformance", "benchmark"]},
+        "device": {"type": "string"},
+        "params": {"type": "object"},
+        "outcome": {"enum": list(OUTCOMES)},
+        "reason": {"type": "string"},
+        "metrics": {"type": "array", "items": _METRIC},
+        "checks": {"type": "array"},
+        "notes": {"type": "array", "items": {"type": "string"}},
+        "tables": {"type": "object"},
+        "telemetry": {"type": ["object", "null"]},
+        "elapsed_s": {"type": "number"},
+    },
+}
+
+RUN_SCHEMA = {
+    "type": "object",
+    "required": ["schema_version", "machine", "profile", "started", "finished", "results"],
+    "properties": {
+        "schema_version": {"const": SCHEMA_VERSION},
+        "machine": {"type": "object", "required": ["name"]},
+        "profile": {"type": "string"},
+        "started": {"type": "string"},
+        "finished": {"type": ["string", "null"]},
+        "results": {"type": "array", "items": _RESULT},
+    },
+}
+
+
+class RecordError(Exception):
+    """A run file that cannot be read as a run record (the message is one line)."""
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def new_run(machine: dict[str, Any], profile: str, command: list[str] | None = None) -> dict:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "machine": machine,
+        "profile": profile,
+        "started": now(),
+        "finished": None,
+        "command": command or [],
+        "notes": [],
+        "results": [],
+    }
+
+
+def run_path(out_dir: str | Path, run: dict) -> Path:
+    stamp = datetime.fromisoformat(run["started"]).strftime("%Y%m%dT%H%M%SZ")
+    return Path(out_dir) / run["machine"]["name"] / f"{stamp}-{run['profile']}.json"
+
+
+def write_json_atomic(path: str | Path, doc: Any) -> Path:
+    """Write `doc` as JSON so that readers see the old file or the new one, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1, sort_keys=False, allow_nan=False, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def validate(doc: Any, source: str = "run") -> dict:
+    try:
+        jsonschema.validate(doc, RUN_SCHEMA)
+    except jsonschema.ValidationError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "top level"
+        raise RecordError(f"{source}: not a torch-release-bench run ({where}: {e.message})") from e
+    return doc
+
+
+def read_run(path: str | Path) -> dict:
+    """Read and validate one run file; any problem becomes a one-line RecordError."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise RecordError(f"{path}: cannot read ({e.strerror or e})") from e
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise RecordError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from e
+    if isinstance(doc, dict) and doc.get("schema_version") not in (None, SCHEMA_VERSION):
+        raise RecordError(
+            f"{path}: schema_version {doc.get('schema_version')!r} is not {SCHEMA_VERSION}"
+        )
+    return validate(doc, str(path))
+
+
+def resolve_run(spec: str | Path) -> Path:
+    """A run file, or a directory whose newest run file (by name) is meant."""
+    p = Path(spec)
+    if p.is_dir():
+        runs = sorted(p.rglob("*.json"), key=lambda q: q.name)
+        if not runs:
+            raise RecordError(f"{p}: no run files in this directory")
+        return runs[-1]
+    if not p.exists():
+        raise RecordError(f"{p}: no such run file")
+    return p

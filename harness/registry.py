@@ -1,0 +1,27 @@
+"""Finds the suites: every package `suites/<name>/` with a `cases` module defining `suite`."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import suites
+from harness.cases import Suite
+
+
+def suite_names() -> list[str]:
+    return sorted(
+        m.name
+        for m in pkgutil.iter_modules(suites.__path__)
+        if m.ispkg and importlib.util.find_spec(f"suites.{m.name}.cases") is not None
+    )
+
+
+def load(name: str) -> Suite:
+    if name not in suite_names():
+        raise KeyError(name)
+    return importlib.import_module(f"suites.{name}.cases").suite
+
+
+def all_suites() -> list[Suite]:
+    return [load(n) for n in suite_names()]

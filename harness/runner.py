@@ -1,0 +1,157 @@
+"""Runs cases and turns what happened into result entries of the run record.
+
+Data flows one way: case -> Context -> result entry -> run record on disk. The runner never
+lets an exception out of a case: a raised Skip is a skip, a failed check a fail, anything
+else (a worker that died, a bug) an error with its reason, so one bad case cannot end a run.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness import machine, records
+from harness.cases import Case, Context, Params, Skip, param_id
+from harness.launch import LaunchError
+
+MAX_REASON = 400
+
+
+@dataclass(frozen=True)
+class Planned:
+    case: Case
+    device: str
+    params: Params
+
+    @property
+    def label(self) -> str:
+        return f"{self.case.id}[{self.device} {param_id(self.params)}]"
+
+
+def plan(
+    suites: Iterable, profile: str, devices: Iterable[str], case_filter: str | None = None
+) -> list[Planned]:
+    """Every (case, device, params) of the given suites that this run will execute."""
+    out = []
+    for suite in suites:
+        for case in suite.cases:
+            if case_filter and case_filter not in case.name:
+                continue
+            for device in devices:
+                if device not in case.devices:
+                    continue
+                out.extend(Planned(case, device, p) for p in case.param_sets(profile))
+    return out
+
+
+def _warning_notes(caught: list[warnings.WarningMessage]) -> list[str]:
+    notes = []
+    for w in caught:
+        text = f"{w.category.__name__} (recorded, not shown): {str(w.message).splitlines()[0]}"
+        if text not in notes:
+            notes.append(text)
+    return notes
+
+
+def _failed_checks_reason(ctx: Context) -> str:
+    failed = [c for c in ctx.checks if not c.passed]
+    parts = "; ".join(f"{c.name}: {c.detail}" if c.detail else c.name for c in failed)
+    return f"{len(failed)} of {len(ctx.checks)} checks failed: {parts}"
+
+
+def execute(
+    case: Case,
+    device: str,
+    params: Params,
+    profile: str,
+    telemetry: Callable[[], Any] | None = None,
+) -> dict[str, Any]:
+    """Run one case once and return its result entry (never raises, except KeyboardInterrupt).
+
+    `telemetry`, when given, is a factory of a context manager that samples the hardware
+    while the case runs; its `summary()` goes into the entry.
+    """
+    ctx = Context(device=device, profile=profile, params=dict(params))
+    entry: dict[str, Any] = {
+        "suite": case.suite,
+        "case": case.name,
+        "kind": case.kind,
+        "device": device,
+        "params": dict(params),
+        "started": records.now(),
+    }
+    sampler = telemetry() if telemetry else nullcontext()
+    t0 = time.perf_counter()
+    outcome, reason = "pass", ""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            if device == "cuda" and not torch.cuda.is_available():
+                raise Skip("CUDA is not available on this machine")
+            torch.manual_seed(0)
+            with sampler:
+                case.func(ctx)
+            if any(not c.passed for c in ctx.checks):
+                outcome, reason = "fail", _failed_checks_reason(ctx)
+            elif case.kind == "conformance" and not ctx.checks:
+                outcome, reason = "error", "conformance case recorded no checks"
+            elif case.kind == "benchmark" and not (ctx.metrics or ctx.checks):
+                outcome, reason = "error", "benchmark case recorded no metrics"
+        except Skip as e:
+            outcome, reason = "skip", str(e)
+        except LaunchError as e:
+            outcome, reason = "error", str(e)
+            ctx.details["workers"] = e.failures_json()
+        except Exception as e:
+            outcome, reason = "error", f"{type(e).__name__}: {e}".splitlines()[0]
+            ctx.details["traceback"] = traceback.format_exc()
+    entry.update(
+        outcome=outcome,
+        reason=reason[:MAX_REASON],
+        elapsed_s=round(time.perf_counter() - t0, 3),
+        metrics=[m.to_json() for m in ctx.metrics],
+        checks=[{"name": c.name, "passed": c.passed, "detail": c.detail} for c in ctx.checks],
+        notes=ctx.notes + _warning_notes(caught),
+        tables=ctx.tables,
+        shown_tables=ctx.shown_tables,
+        details=ctx.details,
+        telemetry=sampler.summary() if hasattr(sampler, "summary") else None,
+    )
+    return entry
+
+
+def run(
+    planned: list[Planned],
+    profile: str,
+    out_dir: str | Path,
+    telemetry: Callable[[], Any] | None = None,
+    progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+) -> tuple[Path, dict]:
+    """Execute the plan, rewriting the run file atomically after every case.
+
+    A run interrupted part-way keeps every finished case on disk, with `finished` null.
+    """
+    run_doc = records.new_run(machine.fingerprint(), profile, command=sys.argv)
+    path = records.run_path(out_dir, run_doc)
+    records.write_json_atomic(path, run_doc)
+    width = len(str(len(planned)))
+    for i, p in enumerate(planned, 1):
+        progress(f"[{i:>{width}}/{len(planned)}] {p.label} ...")
+        entry = execute(p.case, p.device, p.params, profile, telemetry)
+        run_doc["results"].append(entry)
+        records.write_json_atomic(path, run_doc)
+        tail = f" ({entry['reason']})" if entry["reason"] else ""
+        progress(f"[{i:>{width}}/{len(planned)}] {p.label} {entry['outcome']} "
+                 f"in {entry['elapsed_s']:.1f} s{tail}")
+    run_doc["finished"] = records.now()
+    records.write_json_atomic(path, run_doc)
+    return path, run_doc

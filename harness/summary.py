@@ -1,0 +1,96 @@
+"""Plain-text views of a run record, for the terminal (`release-bench run` and `show`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from harness.cases import param_id
+
+_SCALE = {
+    "s": [(1, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")],
+    "B": [(2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "B")],
+}
+
+
+def fmt_value(value: float | None, unit: str) -> str:
+    """A figure with a readable unit: 0.00123 s -> '1.23 ms', 3.2e6 B -> '3.05 MiB'."""
+    if value is None:
+        return "n/a"
+    if unit in _SCALE:
+        for factor, name in _SCALE[unit]:
+            if abs(value) >= factor or factor == _SCALE[unit][-1][0]:
+                return f"{value / factor:.3g} {name}"
+    if unit == "x":
+        return f"{value:.3g}x"
+    return f"{value:.4g} {unit}".rstrip()
+
+
+def _key_figures(entry: dict[str, Any], limit: int = 4) -> str:
+    shown = [f"{m['name']}={fmt_value(m['value'], m['unit'])}" for m in entry["metrics"][:limit]]
+    more = len(entry["metrics"]) - limit
+    if more > 0:
+        shown.append(f"+{more} more")
+    if entry.get("checks"):
+        passed = sum(c["passed"] for c in entry["checks"])
+        shown.insert(0, f"checks {passed}/{len(entry['checks'])}")
+    return ", ".join(shown)
+
+
+def _rows_to_text(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+
+
+def table_text(rows: list[dict[str, Any]], limit: int = 40) -> str:
+    """A list of dicts as an aligned text table (first `limit` rows)."""
+    if not rows:
+        return "(empty)"
+    cols = list(rows[0])
+    body = [[_cell(r.get(c)) for c in cols] for r in rows[:limit]]
+    text = _rows_to_text([cols, *body])
+    if len(rows) > limit:
+        text += f"\n... {len(rows) - limit} more rows in the run file"
+    return text
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return "" if v is None else str(v)
+
+
+def run_summary(run: dict[str, Any], tables: bool = True) -> str:
+    m = run["machine"]
+    torch_info = m.get("torch", {})
+    lines = [
+        f"run {run['started']} profile={run['profile']} machine={m['name']} "
+        f"torch={torch_info.get('version')} finished={run['finished'] or 'no (interrupted)'}",
+    ]
+    rows = [["outcome", "case", "device", "params", "figures", "reason / flags"]]
+    for e in run["results"]:
+        flags = []
+        tel = e.get("telemetry") or {}
+        if tel.get("valid") is False:
+            flags.append("INVALID: " + "; ".join(tel.get("invalid_reasons", [])))
+        rows.append([
+            e["outcome"].upper() if e["outcome"] in ("fail", "error") else e["outcome"],
+            f"{e['suite']}/{e['case']}",
+            e.get("device", ""),
+            param_id(e["params"]),
+            _key_figures(e),
+            "; ".join(filter(None, [e["reason"], *flags])),
+        ])
+    lines.append(_rows_to_text(rows))
+    counts = Counter(e["outcome"] for e in run["results"])
+    lines.append("totals: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in
+                                        ("pass", "fail", "error", "skip")))
+    if tables:
+        for e in run["results"]:
+            for name in e.get("shown_tables", []):
+                lines.append(f"\n{e['suite']}/{e['case']} [{e.get('device', '')} "
+                             f"{param_id(e['params'])}]: {name}")
+                lines.append(table_text(e["tables"][name]))
+    return "\n".join(lines)

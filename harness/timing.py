@@ -1,0 +1,144 @@
+"""One way to time things, for every suite: torch.utils.benchmark underneath.
+
+`torch.utils.benchmark.Timer` warms up (its block-size estimate runs the statement first),
+synchronises the accelerator around every timed block, and computes median and IQR itself;
+this module only chooses its settings and returns the figures in a small record. Nothing here
+computes statistics by hand.
+
+Ratios (speedups, overheads) should come from `measure_interleaved`, which alternates the
+contenders block by block so that a noisy neighbour slows all of them alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+# torch.utils.benchmark imports cpp_extension, which logs a warning on machines without a
+# CUDA toolkit; it is irrelevant to timing Python statements.
+logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+from torch.utils import benchmark as tbench  # noqa: E402
+
+__all__ = ["Timing", "measure", "measure_interleaved", "synchronize", "sync_clock"]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call of one statement, as torch.utils.benchmark measured it."""
+
+    median: float
+    iqr: float
+    runs: int  # timed blocks
+    calls: int  # calls of the statement in all timed blocks together
+    times: tuple[float, ...]  # seconds per call, one per block
+
+    @classmethod
+    def from_measurement(cls, m: tbench.Measurement, calls: int | None = None) -> Timing:
+        return cls(
+            median=m.median,
+            iqr=m.iqr,
+            runs=len(m.times),
+            calls=calls if calls is not None else m.number_per_run * len(m.raw_times),
+            times=tuple(m.times),
+        )
+
+    def stats(self) -> dict[str, float | int]:
+        """The statistics a record keeps beside the value (all in seconds)."""
+        return {
+            "median": self.median,
+            "iqr": self.iqr,
+            "runs": self.runs,
+            "calls": self.calls,
+            "min": min(self.times),
+            "max": max(self.times),
+        }
+
+
+def synchronize(device: str | torch.device) -> None:
+    """Wait for queued work on `device` (a no-op on CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def sync_clock() -> float:
+    """A clock for timers that do not synchronise CUDA themselves (pytest-benchmark, asv).
+
+    It waits for the GPU only when CUDA has been initialised, so on CPU it costs one call.
+    """
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def _timer(fn: Callable[[], object], threads: int | None, label: str) -> tbench.Timer:
+    # Timer runs the statement under `num_threads` intra-op threads (its default is 1):
+    # keep whatever the process is set to unless the caller asks otherwise.
+    return tbench.Timer(
+        stmt="fn()",
+        globals={"fn": fn},
+        num_threads=threads if threads is not None else torch.get_num_threads(),
+        label=label,
+    )
+
+
+def measure(
+    fn: Callable[[], object],
+    *,
+    device: str = "cpu",
+    min_run_time: float = 0.2,
+    max_run_time: float = 10.0,
+    threshold: float = 0.1,
+    threads: int | None = None,
+    warmup: int = 1,
+    label: str = "",
+) -> Timing:
+    """Time `fn()` on `device`.
+
+    `adaptive_autorange` repeats blocks until IQR/median < `threshold` (and at least four
+    blocks and `min_run_time` seconds have run) or `max_run_time` is spent. `warmup` extra
+    calls run first so that lazy initialisation (cuDNN autotuning, JIT profiling runs,
+    allocator growth) is not timed.
+    """
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    m = _timer(fn, threads, label).adaptive_autorange(
+        threshold=threshold, min_run_time=min_run_time, max_run_time=max_run_time
+    )
+    return Timing.from_measurement(m)
+
+
+def measure_interleaved(
+    fns: Mapping[str, Callable[[], object]],
+    *,
+    device: str = "cpu",
+    rounds: int = 3,
+    min_run_time: float = 0.2,
+    threads: int | None = None,
+    warmup: int = 1,
+) -> dict[str, Timing]:
+    """Time several statements side by side: A, B, A, B, ... for `rounds` rounds.
+
+    Each round is one `blocked_autorange` of `min_run_time / rounds` seconds per statement;
+    the rounds of one statement are merged (`Measurement.merge`) into one set of blocks, so the
+    median and IQR come from torch.utils.benchmark as usual.
+    """
+    timers = {name: _timer(fn, threads, name) for name, fn in fns.items()}
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    synchronize(device)
+    collected: dict[str, list[tbench.Measurement]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            collected[name].append(timer.blocked_autorange(min_run_time=min_run_time / rounds))
+    out = {}
+    for name, ms in collected.items():
+        (merged,) = tbench.Measurement.merge(ms)
+        out[name] = Timing.from_measurement(
+            merged, calls=sum(m.number_per_run * len(m.raw_times) for m in ms))
+    return out

@@ -1,0 +1,1 @@
+"""One package per PyTorch 1.6 release feature; each holds its cases, checks and adapters."""

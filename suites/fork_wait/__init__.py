@@ -1,0 +1,1 @@
+"""TorchScript fork/wait (1.6 beta): correctness and parallel scaling."""

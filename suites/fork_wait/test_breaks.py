@@ -1,0 +1,76 @@
+"""Each fork/wait check, shown to fail when the feature is broken on purpose."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from harness.runner import execute
+from suites.fork_wait import cases
+
+
+def lost_wait(fut: torch.jit.Future[torch.Tensor]) -> torch.Tensor:
+    """A broken torch.jit.wait: it never collects the forked result."""
+    return torch.zeros(1)
+
+
+def threaded_fork(fn, *args, **kwargs):
+    """A broken eager torch.jit.fork: runs the function on another thread, later."""
+    fut = torch.futures.Future()
+    threading.Timer(0.05, lambda: fut.set_result(fn(*args, **kwargs))).start()
+    return fut
+
+
+def script_disabled() -> None:
+    """Runs in the benchmark worker: scripting becomes a no-op, so fork takes its eager,
+    serial path."""
+    torch.jit.script = lambda fn, *a, **k: fn
+
+
+@pytest.fixture
+def fresh_jit():
+    """torch.jit.script caches compiled functions by function object; a patched torch is
+    only seen by a fresh compile, so empty the cache before and after (a private API)."""
+    torch.jit._state._jit_caching_layer.clear()
+    yield
+    torch.jit._state._jit_caching_layer.clear()
+
+
+def run(name: str, params: dict | None = None) -> dict:
+    case = cases.suite.case(name)
+    return execute(case, "cpu", params or case.param_sets("quick")[0], "quick")
+
+
+@pytest.mark.parametrize("name", ["release_notes_example", "scripted_equals_serial"])
+def test_result_checks_fail_when_wait_loses_results(monkeypatch, fresh_jit, name):
+    assert run(name)["outcome"] == "pass"
+    monkeypatch.setattr(torch.jit, "wait", lost_wait)
+    torch.jit._state._jit_caching_layer.clear()
+    entry = run(name)
+    assert entry["outcome"] == "fail", entry["reason"]
+    assert any(not c["passed"] for c in entry["checks"])
+
+
+def test_eager_serial_check_fails_when_fork_is_threaded(monkeypatch):
+    monkeypatch.setattr(torch.jit, "fork", threaded_fork)
+    # torch.jit.wait holds the GIL while it blocks, which would starve the fork's thread;
+    # Future.wait releases it.
+    monkeypatch.setattr(torch.jit, "wait", lambda fut: fut.wait())
+    entry = run("eager_fork_is_serial")
+    assert entry["outcome"] == "fail"
+    failed = {c["name"] for c in entry["checks"] if not c["passed"]}
+    assert failed == {"future complete when fork returns", "ran on the calling thread"}
+
+
+@pytest.mark.distributed
+def test_scaling_check_fails_when_fork_runs_serially():
+    case = cases.suite.case("scaling")
+    from harness.cases import Context
+
+    ctx = Context(device="cpu", profile="quick", params={"interop_threads": 2})
+    cases.scaling(ctx, setup=script_disabled)
+    parallel = [c for c in ctx.checks if c.name.startswith("parallel at")]
+    assert parallel and not any(c.passed for c in parallel), [c.detail for c in ctx.checks]
+    assert case.kind == "benchmark"

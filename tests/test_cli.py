@@ -1,0 +1,93 @@
+"""`release-bench` as a user meets it: real subprocesses of the installed console script."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import cli, records
+
+EXE = shutil.which("release-bench") or str(Path(sys.executable).parent / "release-bench")
+
+
+def cli_run(*args, cwd=None):
+    return subprocess.run([EXE, *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def test_list_names_every_suite_case_and_need():
+    out = cli_run("list")
+    assert out.returncode == 0, out.stderr
+    assert "fork_wait: TorchScript fork/wait parallelism (1.6 status: beta)" in out.stdout
+    assert "scaling" in out.stdout and "distributed" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "--suite", "nope"], "unknown suite 'nope'"),
+        (["run", "--profile", "huge"], "invalid choice: 'huge'"),
+        (["run", "--device", "tpu"], "invalid choice: 'tpu'"),
+        (["run", "--suite", "fork_wait", "--case", "no-such-case"], "nothing to run"),
+        (["show", "no/such/run.json"], "no such run file"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    out = cli_run(*args)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert message in out.stderr and out.stderr.startswith("release-bench: error:")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")
+def test_cuda_requested_without_cuda_is_exit_2():
+    out = cli_run("run", "--device", "cuda")
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        "release-bench: error: --device cuda: CUDA is not available on this machine")
+
+
+def test_show_rejects_a_corrupt_file_in_one_line(tmp_path):
+    bad = tmp_path / "run.json"
+    bad.write_text('{"schema_version": 1, "results": [')
+    out = cli_run("show", str(bad))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert "not valid JSON" in out.stderr
+
+
+def test_run_writes_a_record_prints_progress_and_show_reads_it(tmp_path):
+    out = cli_run("run", "--suite", "fork_wait", "--case", "example", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert "fork_wait/release_notes_example[cpu default] pass in" in out.stderr
+    assert "totals: 1 pass, 0 fail, 0 error, 0 skip" in out.stdout
+    (path,) = tmp_path.rglob("*.json")
+    run = records.read_run(path)
+    assert run["profile"] == "quick" and run["finished"]
+    assert run["machine"]["torch"]["version"] == torch.__version__
+    shown = cli_run("show", str(tmp_path))
+    assert shown.returncode == 0 and "fork_wait/release_notes_example" in shown.stdout
+
+
+def lost_wait(fut: torch.jit.Future[torch.Tensor]) -> torch.Tensor:
+    return torch.zeros(1)
+
+
+def test_exit_1_when_a_case_fails(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(torch.jit, "wait", lost_wait)
+    torch.jit._state._jit_caching_layer.clear()  # compile afresh with the broken wait
+    try:
+        code = cli.main(["run", "--suite", "fork_wait", "--case", "example", "--out",
+                         str(tmp_path), "--no-telemetry"])
+    finally:
+        torch.jit._state._jit_caching_layer.clear()
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "fail: fork_wait/release_notes_example [cpu default]: 1 of 1 checks failed" in err
+    (path,) = tmp_path.rglob("*.json")
+    assert json.loads(path.read_text())["results"][0]["outcome"] == "fail"

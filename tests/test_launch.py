@@ -1,0 +1,176 @@
+"""The launcher: values back by rank, and every kind of worker failure as a clear error."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from harness.launch import LOOPBACK, LaunchError, free_port, launch
+
+pytestmark = pytest.mark.distributed
+
+
+# Workers must be module-level: spawn pickles them by name.
+def report_env(rank, world):
+    return {k: os.environ[k] for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")} | {
+        "pid": os.getpid(), "arg_rank": rank, "world": world}
+
+
+def raise_on_rank1(rank, world):
+    if rank == 1:
+        raise ValueError("boom from rank 1")
+    return rank
+
+
+def exit_hard(rank, world):
+    if rank == 0:
+        print("about to exit hard", flush=True)
+        os._exit(3)
+    return rank
+
+
+def kill_self(rank, world):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def hang(rank, world):
+    time.sleep(3600)
+
+
+def hang_with_child(rank, world):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    with open(os.environ["CHILD_PID_FILE"] + str(rank), "w") as f:
+        f.write(str(child.pid))
+    time.sleep(3600)
+
+
+def rank0_hangs_rank1_raises(rank, world):
+    if rank == 1:
+        time.sleep(0.5)
+        raise RuntimeError("rank 1 failed first")
+    time.sleep(3600)
+
+
+def gloo_allreduce(rank, world):
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+    return t.item()
+
+
+def warn_and_return(rank, world):
+    import warnings
+
+    warnings.warn("a warning from the worker", UserWarning, stacklevel=1)
+    return rank
+
+
+def break_math():
+    import math
+
+    math.pi = 3.0
+
+
+def read_pi(rank, world):
+    import math
+
+    return math.pi
+
+
+def _stray_children():
+    """Our descendants, less multiprocessing's resource tracker (it lives as long as we do)."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "resource_tracker" not in " ".join(p.cmdline()):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _all_dead(pids):
+    return not [p for p in pids if psutil.pid_exists(p) and
+                psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_returns_values_by_rank_with_loopback_env():
+    out = launch(report_env, 3, timeout_s=60)
+    assert [o["arg_rank"] for o in out] == [0, 1, 2]
+    assert [o["RANK"] for o in out] == ["0", "1", "2"]
+    assert {o["MASTER_ADDR"] for o in out} == {LOOPBACK}
+    assert len({o["MASTER_PORT"] for o in out}) == 1
+    assert _all_dead([o["pid"] for o in out])
+
+
+def test_real_gloo_process_group_on_loopback():
+    assert launch(gloo_allreduce, 2, timeout_s=120) == [3.0, 3.0]
+
+
+def test_worker_exception_names_rank_type_and_message():
+    with pytest.raises(LaunchError) as err:
+        launch(raise_on_rank1, 2, timeout_s=60)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith("worker rank 1 raised ValueError: boom from rank 1")
+    failure = err.value.failures[0]
+    assert "raise_on_rank1" in failure.traceback
+
+
+def test_hard_exit_reports_exit_code_and_log():
+    with pytest.raises(LaunchError) as err:
+        launch(exit_hard, 2, timeout_s=60)
+    assert "worker rank 0 exited with code 3 without a result" in str(err.value)
+    assert "about to exit hard" in err.value.failures[0].log_tail
+
+
+def test_signal_death_is_named():
+    with pytest.raises(LaunchError, match="killed by signal SIGKILL"):
+        launch(kill_self, 1, timeout_s=60)
+
+
+def test_hang_times_out_and_every_process_is_reaped(tmp_path):
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError) as err:
+        launch(hang_with_child, 2, timeout_s=8, env={"CHILD_PID_FILE": str(tmp_path / "pid")})
+    elapsed = time.monotonic() - t0
+    assert "timed out" in str(err.value) and "ranks 0, 1" in str(err.value)
+    assert elapsed < 8 + 15, f"took {elapsed:.1f} s to give up"
+    children = [int((tmp_path / f"pid{r}").read_text()) for r in range(2)]
+    assert _all_dead(children)
+    assert not _stray_children()
+
+
+def test_first_failure_is_the_root_cause_and_peers_are_stopped():
+    with pytest.raises(LaunchError) as err:
+        launch(rank0_hangs_rank1_raises, 2, timeout_s=120, grace_s=1)
+    assert str(err.value).startswith("worker rank 1 raised RuntimeError: rank 1 failed first")
+    assert [f.kind for f in err.value.failures] == ["exception", "stopped"]
+    assert not _stray_children()
+
+
+def test_worker_warnings_reach_the_parent():
+    with pytest.warns(UserWarning, match="a warning from the worker"):
+        launch(warn_and_return, 1, timeout_s=60)
+
+
+def test_setup_runs_in_the_worker_before_fn():
+    assert launch(read_pi, 1, timeout_s=60, setup=break_math) == [3.0]
+
+
+def test_free_port_is_bindable_on_loopback():
+    import socket
+
+    port = free_port()
+    with socket.socket() as s:
+        s.bind((LOOPBACK, port))

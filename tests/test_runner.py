@@ -1,0 +1,138 @@
+"""The runner turns whatever a case does into exactly one outcome, and keeps partial runs."""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import pytest
+
+from harness import records, runner
+from harness.cases import Context, Skip, Suite
+from harness.launch import launch
+
+demo = Suite("demo", feature="a test suite", status="beta", summary="cases for the runner")
+
+
+@demo.conformance(devices=("cpu",))
+def passes(ctx: Context):
+    ctx.check("one is one", 1 == 1)
+
+
+@demo.conformance(devices=("cpu",))
+def fails(ctx: Context):
+    ctx.check("one is one", True)
+    ctx.check("two is three", 2 == 3, "2 != 3")
+
+
+@demo.conformance(devices=("cpu",))
+def checks_nothing(ctx: Context):
+    pass
+
+
+@demo.conformance(devices=("cpu",))
+def raises(ctx: Context):
+    raise ZeroDivisionError("division by zero\nsecond line")
+
+
+@demo.conformance(devices=("cpu",))
+def skips(ctx: Context):
+    raise Skip("needs a thing this machine lacks")
+
+
+@demo.benchmark(devices=("cpu",))
+def measures(ctx: Context):
+    warnings.warn("deprecated thing", FutureWarning, stacklevel=1)
+    ctx.measure("sleep", lambda: time.sleep(0.001), min_run_time=0.02)
+
+
+@demo.benchmark(devices=("cpu",))
+def measures_nothing(ctx: Context):
+    pass
+
+
+def crashing_worker(rank, world):
+    raise OSError("worker could not start")
+
+
+@demo.benchmark(devices=("cpu",))
+def launches_a_crashing_worker(ctx: Context):
+    launch(crashing_worker, 1, timeout_s=60)
+
+
+@demo.conformance(devices=("cpu", "cuda"))
+def on_every_device(ctx: Context):
+    ctx.check("ran", True)
+
+
+def run(name, device="cpu"):
+    return runner.execute(demo.case(name), device, {}, "quick")
+
+
+@pytest.mark.parametrize(
+    ("name", "outcome", "reason"),
+    [
+        ("passes", "pass", ""),
+        ("fails", "fail", "1 of 2 checks failed: two is three: 2 != 3"),
+        ("checks_nothing", "error", "conformance case recorded no checks"),
+        ("raises", "error", "ZeroDivisionError: division by zero"),
+        ("skips", "skip", "needs a thing this machine lacks"),
+        ("measures_nothing", "error", "benchmark case recorded no metrics"),
+    ],
+)
+def test_outcomes(name, outcome, reason):
+    entry = run(name)
+    assert (entry["outcome"], entry["reason"]) == (outcome, reason)
+
+
+def test_error_keeps_the_traceback():
+    assert "ZeroDivisionError" in run("raises")["details"]["traceback"]
+
+
+def test_benchmark_metric_carries_statistics_and_warnings_become_notes():
+    entry = run("measures")
+    assert entry["outcome"] == "pass"
+    (m,) = entry["metrics"]
+    assert m["unit"] == "s" and m["value"] >= 0.001
+    assert m["stats"]["runs"] >= 4 and m["stats"]["iqr"] >= 0
+    assert any("FutureWarning" in n and "deprecated thing" in n for n in entry["notes"])
+
+
+@pytest.mark.distributed
+def test_worker_failure_becomes_an_error_with_worker_details():
+    entry = run("launches_a_crashing_worker")
+    assert entry["outcome"] == "error"
+    assert entry["reason"] == "worker rank 0 raised OSError: worker could not start"
+    assert entry["details"]["workers"][0]["kind"] == "exception"
+
+
+def test_cuda_without_cuda_skips(monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    entry = run("on_every_device", device="cuda")
+    assert entry["outcome"] == "skip" and "CUDA" in entry["reason"]
+
+
+def test_plan_expands_devices_and_filters():
+    planned = runner.plan([demo], "quick", ["cpu", "cuda"], case_filter="on_every")
+    assert [(p.case.name, p.device) for p in planned] == [
+        ("on_every_device", "cpu"), ("on_every_device", "cuda")]
+
+
+def test_interrupted_run_keeps_finished_cases(tmp_path):
+    interrupt = Suite("interrupt", feature="f", status="beta", summary="s")
+
+    @interrupt.conformance(devices=("cpu",))
+    def first(ctx):
+        ctx.check("ok", True)
+
+    @interrupt.conformance(devices=("cpu",))
+    def second(ctx):
+        raise KeyboardInterrupt
+
+    planned = runner.plan([interrupt], "quick", ["cpu"])
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(planned, "quick", tmp_path, progress=lambda s: None)
+    (path,) = tmp_path.rglob("*.json")
+    doc = records.read_run(path)
+    assert doc["finished"] is None
+    assert [e["case"] for e in doc["results"]] == ["first"]
