@@ -83,6 +83,7 @@ class Context:
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
     shown_tables: list[str] = field(default_factory=list)
+    iterations: int = 0  # calls timed in this process, for telemetry's energy per iteration
 
     @property
     def min_run_time(self) -> float:
@@ -119,6 +120,7 @@ class Context:
         """Time `fn` with the profile's run time and record its median as a metric."""
         kw.setdefault("min_run_time", self.min_run_time)
         t = timing.measure(fn, device=self.device, **kw)
+        self.iterations += t.calls
         self.metric(name, t.median, "s", kind="time", better="lower", stats=t.stats())
         return t
 
@@ -129,6 +131,7 @@ class Context:
         kw.setdefault("min_run_time", self.min_run_time)
         ts = timing.measure_interleaved(fns, device=self.device, **kw)
         for name, t in ts.items():
+            self.iterations += t.calls
             self.metric(name, t.median, "s", kind="time", better="lower", stats=t.stats())
         return ts
 
@@ -153,6 +156,7 @@ class Case:
     params: ParamSpec
     devices: tuple[str, ...]
     needs: tuple[str, ...]  # besides the device: "distributed", "torchvision", ...
+    sampled: bool = True  # whether the runner samples telemetry around it
 
     def param_sets(self, profile: str) -> list[Params]:
         return _param_sets(self.params, profile)
@@ -199,11 +203,12 @@ class Suite:
         self.cases: list[Case] = []
         self.workloads: list[Workload] = []
 
-    def _case(self, kind: str, params: ParamSpec, devices: Sequence[str], needs: Sequence[str]):
+    def _case(self, kind: str, params: ParamSpec, devices: Sequence[str], needs: Sequence[str],
+              sampled: bool = True):
         def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
             self.cases.append(
                 Case(self.name, func.__name__, kind, func, _first_line(func),
-                     params or [{}], tuple(devices), tuple(needs))
+                     params or [{}], tuple(devices), tuple(needs), sampled)
             )
             return func
 
@@ -215,9 +220,10 @@ class Suite:
         return self._case("conformance", params, devices, needs)
 
     def benchmark(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
-                  needs: Sequence[str] = ()):
-        """Decorator: register a benchmark case (named after the function)."""
-        return self._case("benchmark", params, devices, needs)
+                  needs: Sequence[str] = (), sampled: bool = True):
+        """Decorator: register a benchmark case (named after the function). `sampled=False`
+        keeps the runner's telemetry off while it runs (for cases that sample themselves)."""
+        return self._case("benchmark", params, devices, needs, sampled)
 
     def workload(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                  needs: Sequence[str] = ()):

@@ -27,6 +27,16 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="release-bench", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -44,6 +54,8 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="where runs go, one folder per machine (default: results/runs)")
     run.add_argument("--no-telemetry", action="store_true",
                      help="do not sample the hardware while cases run")
+    run.add_argument("--telemetry-interval", type=_positive_float, default=0.1, metavar="S",
+                     help="seconds between telemetry samples (default: 0.1, i.e. 10 Hz)")
 
     sub.add_parser("require-cuda", help="exit 2 with one line unless torch sees a CUDA device")
 
@@ -93,8 +105,12 @@ def _cmd_run(args) -> int:
     planned = runner.plan(suites, args.profile, devices, args.case)
     if not planned:
         raise UsageError("nothing to run: no case matches the given suite, case and device")
-    factory = None if args.no_telemetry else telemetry.sampler_factory(devices)
-    path, run = runner.run(planned, args.profile, args.out, telemetry=factory)
+    tel = None if args.no_telemetry else telemetry.Telemetry(args.telemetry_interval)
+    try:
+        path, run = runner.run(planned, args.profile, args.out, telemetry=tel)
+    finally:
+        if tel is not None:
+            tel.close()
     print(summary.run_summary(run))
     print(f"\nrun written to {path}")
     failed = [e for e in run["results"] if e["outcome"] in ("fail", "error")]

@@ -16,13 +16,22 @@ default), so `pytest --benchmark-json FILE` records the same statements the CLI 
 
 from __future__ import annotations
 
+from functools import cache
+
 import pytest
 import torch
 
 from harness import runner, timing
 from harness.cases import Case, Params, Suite, Workload, param_id
+from harness.telemetry import Telemetry
 
 PROFILE = "quick"
+
+
+@cache
+def session_telemetry() -> Telemetry:
+    """One telemetry per pytest process: its run-level info goes into machine_info."""
+    return Telemetry()
 
 
 def _marks(device: str, needs: tuple[str, ...]) -> list[pytest.MarkDecorator]:
@@ -97,6 +106,8 @@ def workload_benchmarks(suite: Suite):
         fn = workload.build(device, **params)
         benchmark.extra_info.update(suite=workload.suite, workload=workload.name,
                                     device=device, params=params)
-        benchmark(fn)
+        with session_telemetry().sampler() as sampler:
+            benchmark(fn)
+        benchmark.extra_info["telemetry"] = sampler.summary()
 
     return test_workload

@@ -22,6 +22,7 @@ import torch
 from harness import machine, records
 from harness.cases import Case, Context, Params, Skip, param_id
 from harness.launch import LaunchError
+from harness.telemetry import Telemetry
 
 MAX_REASON = 400
 
@@ -73,12 +74,12 @@ def execute(
     device: str,
     params: Params,
     profile: str,
-    telemetry: Callable[[], Any] | None = None,
+    telemetry: Telemetry | None = None,
 ) -> dict[str, Any]:
     """Run one case once and return its result entry (never raises, except KeyboardInterrupt).
 
-    `telemetry`, when given, is a factory of a context manager that samples the hardware
-    while the case runs; its `summary()` goes into the entry.
+    With `telemetry`, the hardware is sampled while the case runs and the summary (power,
+    energy, clocks, throttling, validity) goes into the entry.
     """
     ctx = Context(device=device, profile=profile, params=dict(params))
     entry: dict[str, Any] = {
@@ -89,7 +90,8 @@ def execute(
         "params": dict(params),
         "started": records.now(),
     }
-    sampler = telemetry() if telemetry else nullcontext()
+    sampled = telemetry is not None and case.sampled
+    sampler = telemetry.sampler() if sampled else nullcontext()
     t0 = time.perf_counter()
     outcome, reason = "pass", ""
     with warnings.catch_warnings(record=True) as caught:
@@ -124,7 +126,7 @@ def execute(
         tables=ctx.tables,
         shown_tables=ctx.shown_tables,
         details=ctx.details,
-        telemetry=sampler.summary() if hasattr(sampler, "summary") else None,
+        telemetry=sampler.summary(ctx.iterations) if sampled else None,
     )
     return entry
 
@@ -133,7 +135,7 @@ def run(
     planned: list[Planned],
     profile: str,
     out_dir: str | Path,
-    telemetry: Callable[[], Any] | None = None,
+    telemetry: Telemetry | None = None,
     progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
 ) -> tuple[Path, dict]:
     """Execute the plan, rewriting the run file atomically after every case.
@@ -141,6 +143,8 @@ def run(
     A run interrupted part-way keeps every finished case on disk, with `finished` null.
     """
     run_doc = records.new_run(machine.fingerprint(), profile, command=sys.argv)
+    if telemetry is not None:
+        run_doc["telemetry"] = telemetry.info
     path = records.run_path(out_dir, run_doc)
     records.write_json_atomic(path, run_doc)
     width = len(str(len(planned)))

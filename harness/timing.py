@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -120,12 +121,15 @@ def measure_interleaved(
     min_run_time: float = 0.2,
     threads: int | None = None,
     warmup: int = 1,
+    around: Mapping[str, Callable[[], AbstractContextManager]] | None = None,
 ) -> dict[str, Timing]:
     """Time several statements side by side: A, B, A, B, ... for `rounds` rounds.
 
     Each round is one `blocked_autorange` of `min_run_time / rounds` seconds per statement;
     the rounds of one statement are merged (`Measurement.merge`) into one set of blocks, so the
-    median and IQR come from torch.utils.benchmark as usual.
+    median and IQR come from torch.utils.benchmark as usual. `around[name]`, when given, is a
+    context-manager factory entered around each of that statement's rounds (for instance a
+    telemetry sampler, to time the same statement with and without it).
     """
     timers = {name: _timer(fn, threads, name) for name, fn in fns.items()}
     for fn in fns.values():
@@ -133,9 +137,11 @@ def measure_interleaved(
             fn()
     synchronize(device)
     collected: dict[str, list[tbench.Measurement]] = {name: [] for name in fns}
+    around = around or {}
     for _ in range(rounds):
         for name, timer in timers.items():
-            collected[name].append(timer.blocked_autorange(min_run_time=min_run_time / rounds))
+            with around.get(name, nullcontext)():
+                collected[name].append(timer.blocked_autorange(min_run_time=min_run_time / rounds))
     out = {}
     for name, ms in collected.items():
         (merged,) = tbench.Measurement.merge(ms)

@@ -26,4 +26,7 @@ def test_benchmark_json_holds_workloads_and_fingerprint(tmp_path):
         assert b["options"]["warmup"] >= 1  # warm-up on (stored as its iteration count)
         assert "sync_clock" in b["options"]["timer"]
         assert b["stats"]["median"] > 0 and b["stats"]["rounds"] >= 3
+        assert b["extra_info"]["telemetry"]["samples"] >= 2
+        assert "valid" in b["extra_info"]["telemetry"]
     assert doc["machine_info"]["release_bench"]["torch"]["version"]
+    assert "nvml" in doc["machine_info"]["release_bench_telemetry"]

@@ -1,5 +1,41 @@
-"""Hardware telemetry sampled while cases run (filled in by the telemetry work)."""
+"""Hardware telemetry sampled while cases run, so every figure carries the state it was
+measured in.
+
+    tel = Telemetry(interval_s=0.1)       # opens NVML once; `tel.info` is the run-level part
+    with tel.sampler() as s:              # one per case: samples on a background thread
+        ...
+    s.summary(iterations=n)               # power, energy, clocks, throttling, validity, series
+
+Anything that cannot be read (no GPU, no NVML library, no permission, a MIG slice, a GPU lost
+mid-run, no RAPL) is recorded as "unavailable: <reason>" and the run goes on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.telemetry.host import HostReader
+from harness.telemetry.nvml import NvmlReader, decode_clocks_event_reasons
+from harness.telemetry.sampler import Sampler
+
+__all__ = ["Telemetry", "Sampler", "decode_clocks_event_reasons"]
+
+DEFAULT_INTERVAL_S = 0.1  # 10 Hz
 
 
-def sampler_factory(devices, interval_s: float = 0.1):
-    return None
+class Telemetry:
+    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, nvml: Any | None = None):
+        self.interval_s = interval_s
+        self.host = HostReader()
+        self.nvml = NvmlReader.open(nvml)
+        self.info: dict[str, Any] = {
+            "interval_s": interval_s,
+            "nvml": self.nvml.static_info(),
+            "host": self.host.static_info(),
+        }
+
+    def sampler(self) -> Sampler:
+        return Sampler(self.host, self.nvml, self.interval_s)
+
+    def close(self) -> None:
+        self.nvml.close()

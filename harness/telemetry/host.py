@@ -1,0 +1,120 @@
+"""Host telemetry with psutil: CPU use and frequency, the run's memory, load, RAPL energy.
+
+The CPU use of other processes (everything but this process and its children) is what tells
+a noisy neighbour from our own work: on a 2-core machine one busy neighbour can halve a
+benchmark, so the sampler reports it and the summary flags it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+RAPL_ROOT = Path("/sys/class/powercap")
+
+
+class Rapl:
+    """Package energy counters of Intel RAPL (powercap), where readable."""
+
+    def __init__(self, root: Path = RAPL_ROOT):
+        self.domains: list[tuple[Path, int]] = []  # (energy_uj file, wrap-around range)
+        self.error: str | None = None
+        zones = sorted(root.glob("intel-rapl:*")) if root.exists() else []
+        zones = [z for z in zones if z.name.count(":") == 1]  # packages, not sub-zones
+        if not zones:
+            self.error = "unavailable: no RAPL powercap interface on this machine"
+            return
+        try:
+            for z in zones:
+                rng = int((z / "max_energy_range_uj").read_text())
+                int((z / "energy_uj").read_text())  # readable at all? (root only since 2020)
+                self.domains.append((z / "energy_uj", rng))
+        except PermissionError:
+            self.domains, self.error = [], "unavailable: RAPL energy_uj needs root"
+        except (OSError, ValueError) as e:
+            self.domains, self.error = [], f"unavailable: {e}"
+
+    def read_uj(self) -> list[int] | None:
+        if self.error:
+            return None
+        try:
+            return [int(f.read_text()) for f, _ in self.domains]
+        except (OSError, ValueError) as e:
+            self.error = f"unavailable: {e}"
+            return None
+
+    def delta_j(self, start: list[int], end: list[int]) -> float:
+        total = 0
+        for (_, rng), a, b in zip(self.domains, start, end, strict=True):
+            total += b - a if b >= a else b + rng - a  # the counter wrapped
+        return total / 1e6
+
+
+class HostReader:
+    def __init__(self, pid: int | None = None):
+        self.me = psutil.Process(pid or os.getpid())
+        self.rapl = Rapl()
+        self.unavailable: dict[str, str] = {}
+        self._tree: dict[int, psutil.Process] = {}
+        psutil.cpu_percent(percpu=True)  # the first call only starts the interval
+        self._tree_cpu_percent()
+        freq = psutil.cpu_freq(percpu=True) if hasattr(psutil, "cpu_freq") else None
+        if not freq:
+            self.unavailable["cpu_freq"] = "unavailable: the kernel reports no CPU frequency"
+        if self.rapl.error:
+            self.unavailable["rapl"] = self.rapl.error
+
+    def _tree_cpu_percent(self) -> float:
+        """CPU percent (100 = one core) of this process and its descendants since last call.
+
+        psutil measures a process's CPU percent between two calls on the same object, so the
+        objects are kept from one sample to the next.
+        """
+        try:
+            procs = [self.me, *self.me.children(recursive=True)]
+        except psutil.Error:
+            procs = [self.me]
+        total, tree = 0.0, {}
+        for p in procs:
+            p = self._tree.get(p.pid, p)
+            try:
+                total += p.cpu_percent(None)
+                tree[p.pid] = p
+            except psutil.Error:
+                pass
+        self._tree = tree
+        return total
+
+    def tree_rss(self) -> int:
+        total = 0
+        for p in self._tree.values():
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+    def sample(self) -> dict[str, Any]:
+        per_cpu = psutil.cpu_percent(percpu=True)
+        ours = self._tree_cpu_percent()
+        row: dict[str, Any] = {
+            "cpu_util_pct": sum(per_cpu) / len(per_cpu),
+            "cpu_util_per_core_pct": per_cpu,
+            # what the rest of the machine used, in percent of one core
+            "other_cpu_pct": max(0.0, sum(per_cpu) - ours),
+            "rss_bytes": self.tree_rss(),
+            "load1": os.getloadavg()[0],
+        }
+        if "cpu_freq" not in self.unavailable:
+            row["cpu_freq_mhz"] = [f.current for f in psutil.cpu_freq(percpu=True)]
+        return row
+
+    def static_info(self) -> dict[str, Any]:
+        return {
+            "logical_cores": psutil.cpu_count(),
+            "rapl_domains": len(self.rapl.domains),
+            "unavailable": dict(self.unavailable),
+        }

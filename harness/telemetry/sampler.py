@@ -1,0 +1,189 @@
+"""A background sampler around one case, and the summary that goes into its record."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from harness.telemetry.host import HostReader
+from harness.telemetry.nvml import NvmlReader, throttling_reasons
+
+# Other processes using more than this much CPU (percent of one core, on average) make a
+# timing on a 2-core machine untrustworthy.
+HOST_BUSY_PCT = 50.0
+# ...judged only over this many samples at least (the first covers the gap before the case).
+HOST_BUSY_MIN_SAMPLES = 5
+# GPU process lists cost more than the other fields; read them every Nth sample.
+PROCESS_EVERY = 10
+MAX_POINTS = 100  # per series kept in the record, for plots
+
+
+def _series(values: list[float | None], max_points: int) -> list[float | None]:
+    """Bucket means down to `max_points`, 4 significant digits: small enough to commit."""
+    arr = np.array([np.nan if v is None else v for v in values], dtype=float)
+    if len(arr) > max_points:
+        arr = np.array([b.mean() if not np.isnan(b).all() else np.nan
+                        for b in np.array_split(arr, max_points)])
+    return [None if np.isnan(v) else float(f"{v:.4g}") for v in arr]
+
+
+def _stat(values: list[Any], fn) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(fn(vals)) if vals else None
+
+
+class Sampler:
+    """Context manager: samples host and GPUs every `interval_s` on a daemon thread."""
+
+    def __init__(self, host: HostReader, nvml: NvmlReader | None, interval_s: float = 0.1):
+        self.host, self.nvml, self.interval_s = host, nvml, interval_s
+        self.times: list[float] = []
+        self.host_rows: list[dict[str, Any]] = []
+        self.gpu_rows: list[dict[int, dict[str, Any]]] = []
+        self.errors: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._rapl: tuple[list[int] | None, list[int] | None] = (None, None)
+
+    def __enter__(self) -> Sampler:
+        self._t0 = time.monotonic()
+        self._rapl = (self.host.rapl.read_uj(), None)
+        self._take()
+        self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._take()
+        self._rapl = (self._rapl[0], self.host.rapl.read_uj())
+        self.duration_s = time.monotonic() - self._t0
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._take()
+
+    def _take(self) -> None:
+        try:
+            n = len(self.times)
+            gpus = self.nvml.sample(with_processes=n % PROCESS_EVERY == 0) if self.nvml else {}
+            self.host_rows.append(self.host.sample())
+            self.gpu_rows.append(gpus)
+            self.times.append(time.monotonic() - self._t0)
+        except Exception as e:  # telemetry never ends a run
+            self.errors.setdefault("sampler", f"unavailable: {type(e).__name__}: {e}")
+
+    # -- summary --------------------------------------------------------------------------
+    def summary(self, iterations: int | None = None, max_points: int = MAX_POINTS) -> dict:
+        h = self.host_rows
+        host = {
+            "cpu_util_mean_pct": _stat([r["cpu_util_pct"] for r in h[1:]], np.mean),
+            "cpu_util_max_pct": _stat([r["cpu_util_pct"] for r in h[1:]], np.max),
+            "other_cpu_mean_pct": _stat([r["other_cpu_pct"] for r in h[1:]], np.mean),
+            "rss_max_bytes": int(_stat([r["rss_bytes"] for r in h], np.max) or 0),
+            "load1_max": _stat([r["load1"] for r in h], np.max),
+        }
+        freqs = [f for r in h for f in r.get("cpu_freq_mhz", [])]
+        if freqs:
+            host.update(cpu_freq_mhz_min=min(freqs), cpu_freq_mhz_max=max(freqs))
+        start, end = self._rapl
+        if start and end:
+            host["energy_j"] = self.host.rapl.delta_j(start, end)
+        invalid: list[str] = []
+        judged = len(h) - 1 >= HOST_BUSY_MIN_SAMPLES
+        if judged and (host["other_cpu_mean_pct"] or 0) > HOST_BUSY_PCT:
+            invalid.append(f"host busy: other processes used {host['other_cpu_mean_pct']:.0f}% "
+                           f"of a core on average")
+        series: dict[str, list] = {
+            "t_s": _series(self.times, max_points),
+            "cpu_util_pct": _series([r["cpu_util_pct"] for r in h], max_points),
+            "other_cpu_pct": _series([r["other_cpu_pct"] for r in h], max_points),
+            "rss_bytes": _series([r["rss_bytes"] for r in h], max_points),
+        }
+        gpus = []
+        for idx in sorted({i for rows in self.gpu_rows for i in rows}):
+            gpu, gpu_series = self._gpu_summary(idx, iterations, invalid)
+            gpus.append(gpu)
+            series.update({f"gpu{idx}.{k}": _series(v, max_points) for k, v in gpu_series.items()})
+        unavailable = {**self.host.unavailable, **self.errors}
+        if self.nvml is not None:
+            if self.nvml.error:
+                unavailable["nvml"] = self.nvml.error
+            unavailable.update(self.nvml.unavailable)
+            for idx in sorted(self.nvml.lost):
+                unavailable[f"gpu{idx}"] = "unavailable: GPU lost during the case"
+        return {
+            "interval_s": self.interval_s,
+            "duration_s": round(getattr(self, "duration_s", 0.0), 3),
+            "samples": len(self.times),
+            "iterations": iterations,
+            "host": host,
+            "gpus": gpus,
+            "unavailable": unavailable,
+            "valid": not invalid,
+            "invalid_reasons": invalid,
+            "series": series,
+        }
+
+    def _gpu_summary(self, idx: int, iterations: int | None, invalid: list[str]):
+        rows = [r[idx] for r in self.gpu_rows if idx in r]
+        times = [t for t, r in zip(self.times, self.gpu_rows, strict=True) if idx in r]
+        col = lambda k: [r.get(k) for r in rows]  # noqa: E731
+        energy = [e for e in col("energy_j") if e is not None]
+        power = col("power_w")
+        if len(energy) >= 2:
+            energy_j, method = energy[-1] - energy[0], "energy counter"
+        elif sum(p is not None for p in power) >= 2:
+            pts = [(t, p) for t, p in zip(times, power, strict=True) if p is not None]
+            energy_j = float(np.trapezoid([p for _, p in pts], [t for t, _ in pts]))
+            method = "integrated power samples"
+        else:
+            energy_j, method = None, "unavailable"
+        seen = sorted({n for r in rows for n in (r.get("clocks_event_reasons") or [])})
+        pids = sorted({p for r in rows for p in (r.get("pids") or [])})
+        others = [p for p in pids if not _is_ours(p)]
+        gpu = {
+            "index": idx,
+            "power_w_mean": _stat(power, np.mean),
+            "power_w_max": _stat(power, np.max),
+            "power_instant_w_max": _stat(col("power_instant_w"), np.max),
+            "energy_j": energy_j,
+            "energy_method": method,
+            "energy_per_iteration_j": (energy_j / iterations
+                                       if energy_j is not None and iterations else None),
+            "temperature_max_c": _stat(col("temperature_c"), np.max),
+            "sm_clock_mhz_min": _stat(col("sm_clock_mhz"), np.min),
+            "sm_clock_mhz_max": _stat(col("sm_clock_mhz"), np.max),
+            "mem_clock_mhz_min": _stat(col("mem_clock_mhz"), np.min),
+            "mem_clock_mhz_max": _stat(col("mem_clock_mhz"), np.max),
+            "utilization_mean_pct": _stat(col("utilization_pct"), np.mean),
+            "memory_used_max_bytes": _stat(col("memory_used_bytes"), np.max),
+            "clocks_event_reasons_seen": seen,
+            "other_processes": others,
+        }
+        if bad := throttling_reasons(seen):
+            invalid.append(f"gpu{idx} throttled: {', '.join(bad)}")
+        if others:
+            pids = ", ".join(map(str, others))
+            invalid.append(f"gpu{idx} in use by another process (pid {pids})")
+        series = {k: col(k) for k in ("power_w", "sm_clock_mhz", "temperature_c",
+                                      "utilization_pct", "memory_used_bytes")}
+        return gpu, series
+
+
+def _is_ours(pid: int) -> bool:
+    """Whether `pid` is this process or one of its descendants (launcher workers)."""
+    import os
+
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        return pid == os.getpid() or any(a.pid == os.getpid() for a in p.parents())
+    except psutil.Error:
+        return False

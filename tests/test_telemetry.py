@@ -1,0 +1,191 @@
+"""Telemetry: NVML through a fake pynvml (errors, throttling, selection), the host for real."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+from fake_pynvml import (
+    FakeGpu,
+    FakeNvml,
+    NVMLError_LibraryNotFound,
+    NVMLError_NoPermission,
+    NVMLError_NotSupported,
+)
+
+from harness.telemetry import Telemetry, decode_clocks_event_reasons
+from harness.telemetry.host import HostReader, Rapl
+from harness.telemetry.nvml import NvmlReader, visible_selectors
+from harness.telemetry.sampler import Sampler
+
+
+def gpu_flags(summary):
+    # the host-busy flag depends on what else this machine runs; these tests are about GPUs
+    return [r for r in summary["invalid_reasons"] if r.startswith("gpu")]
+
+
+def sampled(fake: FakeNvml, seconds: float = 0.35, iterations: int | None = None, env=None):
+    reader = NvmlReader.open(fake, env=env or {})
+    with Sampler(HostReader(), reader, interval_s=0.05) as s:
+        time.sleep(seconds)
+    return reader, s.summary(iterations=iterations)
+
+
+def test_decode_clocks_event_reasons():
+    assert decode_clocks_event_reasons(0) == []
+    assert decode_clocks_event_reasons(0x1 | 0x4 | 0x40) == [
+        "gpu_idle", "sw_power_cap", "hw_thermal_slowdown"]
+    assert decode_clocks_event_reasons(0x8 | 0x1000) == ["hw_slowdown", "unknown_0x1000"]
+
+
+def test_healthy_gpu_summary_and_energy_per_iteration():
+    reader, s = sampled(FakeNvml([FakeGpu()]), iterations=10)
+    (gpu,) = s["gpus"]
+    assert gpu["power_w_mean"] == pytest.approx(300.0)
+    assert gpu["energy_method"] == "energy counter"
+    readings = s["samples"]
+    assert gpu["energy_j"] == pytest.approx((readings - 1) * 30.0)
+    assert gpu["energy_per_iteration_j"] == pytest.approx(gpu["energy_j"] / 10)
+    assert (gpu["sm_clock_mhz_min"], gpu["temperature_max_c"]) == (1980, 45)
+    assert gpu_flags(s) == []
+    assert len(s["series"]["gpu0.power_w"]) == readings
+    info = reader.static_info()
+    assert info["gpus"][0]["uuid"].startswith("GPU-1111")
+    assert info["driver_version"] == "570.86.15" and info["gpus"][0]["power_limit_w"] == 700
+
+
+@pytest.mark.parametrize(("mask", "flag"), [
+    (0x40, "gpu0 throttled: hw_thermal_slowdown"),
+    (0x4, "gpu0 throttled: sw_power_cap"),
+])
+def test_throttling_makes_the_case_invalid(mask, flag):
+    _, s = sampled(FakeNvml([FakeGpu(clocks_event_mask=mask)]))
+    assert not s["valid"] and gpu_flags(s) == [flag]
+
+
+def test_idle_reason_alone_is_not_throttling():
+    _, s = sampled(FakeNvml([FakeGpu(clocks_event_mask=0x1)]))
+    assert gpu_flags(s) == [] and s["gpus"][0]["clocks_event_reasons_seen"] == ["gpu_idle"]
+
+
+def test_another_process_on_the_gpu_is_flagged():
+    _, s = sampled(FakeNvml([FakeGpu(pids=[os.getpid(), 999_999])]))
+    assert s["gpus"][0]["other_processes"] == [999_999]
+    assert gpu_flags(s) == ["gpu0 in use by another process (pid 999999)"]
+
+
+def test_no_library_no_driver_no_permission_are_reasons_not_crashes():
+    for err, text in [(NVMLError_LibraryNotFound(), "NVML Shared Library Not Found"),
+                      (NVMLError_NoPermission(), "Insufficient Permissions")]:
+        reader, s = sampled(FakeNvml([FakeGpu()], init_error=err), seconds=0.1)
+        assert s["gpus"] == [] and s["unavailable"]["nvml"] == f"unavailable: {text}"
+        assert reader.static_info() == {"available": False, "reason": f"unavailable: {text}"}
+
+
+def test_mig_slice_without_utilisation_and_energy():
+    gpu = FakeGpu(mig_mode=1, fail={"utilization": NVMLError_NotSupported(),
+                                    "energy": NVMLError_NotSupported()})
+    reader, s = sampled(FakeNvml([gpu]))
+    g = s["gpus"][0]
+    assert g["utilization_mean_pct"] is None
+    assert s["unavailable"]["gpu0.utilization"] == "unavailable: Not Supported"
+    # without the counter, energy is integrated from the power samples instead
+    assert g["energy_method"] == "integrated power samples" and g["energy_j"] > 0
+    assert reader.static_info()["gpus"][0]["mig_mode"] == 1
+
+
+def test_power_falls_back_when_fields_are_unsupported():
+    _, s = sampled(FakeNvml([FakeGpu()], instant_power=False))
+    assert s["gpus"][0]["power_w_mean"] == pytest.approx(300.0)
+    assert s["gpus"][0]["power_instant_w_max"] is None
+
+
+def test_gpu_lost_mid_run_stops_sampling_it_and_the_run_goes_on():
+    fake = FakeNvml([FakeGpu(lost_after=2), FakeGpu(uuid="GPU-2")])
+    reader, s = sampled(fake)
+    assert reader.lost == {0}
+    assert s["unavailable"]["gpu0"] == "unavailable: GPU lost during the case"
+    assert [g["index"] for g in s["gpus"]] == [0, 1]
+    g0, g1 = s["gpus"]
+    assert len(s["series"]["gpu1.power_w"]) == s["samples"] > len(s["series"]["gpu0.power_w"])
+
+
+def test_cuda_visible_devices_by_index_uuid_prefix_and_invalid_entry():
+    gpus = [FakeGpu(uuid=f"GPU-{i}aaa-0000") for i in range(4)]
+    assert visible_selectors({}) is None
+    assert visible_selectors({"CUDA_VISIBLE_DEVICES": "2,0"}) == ["2", "0"]
+    assert visible_selectors({"CUDA_VISIBLE_DEVICES": "1,x,3"}) == ["1"]
+    assert visible_selectors({"CUDA_VISIBLE_DEVICES": ""}) == []
+
+    def picked(value):
+        r = NvmlReader.open(FakeNvml(gpus), env={"CUDA_VISIBLE_DEVICES": value})
+        return [i for i, _ in r.handles]
+
+    assert picked("2,0") == [2, 0]
+    assert picked("GPU-3aaa,GPU-1") == [3, 1]
+    assert picked("1,7,2") == [1]  # CUDA stops at the first device that does not exist
+    assert picked("") == []
+
+
+def test_host_sampler_for_real():
+    host = HostReader()
+    x = torch.randn(512, 512)
+    with Sampler(host, None, interval_s=0.05) as s:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 0.5:
+            x @ x
+    summ = s.summary(iterations=3)
+    h = summ["host"]
+    assert summ["samples"] >= 8
+    assert h["rss_max_bytes"] >= 512 * 512 * 4
+    assert 0 < h["cpu_util_mean_pct"] <= 100
+    assert h["load1_max"] >= 0
+    assert summ["gpus"] == [] and summ["iterations"] == 3
+    assert len(summ["series"]["cpu_util_pct"]) == summ["samples"]
+
+
+def test_series_are_downsampled_for_the_record():
+    with Sampler(HostReader(), None, interval_s=0.01) as s:
+        time.sleep(0.4)
+    summ = s.summary(max_points=10)
+    assert summ["samples"] > 10 and len(summ["series"]["t_s"]) == 10
+
+
+def test_rapl_unreadable_or_absent(tmp_path):
+    assert Rapl(tmp_path / "none").error.startswith("unavailable: no RAPL")
+    zone = tmp_path / "intel-rapl:0"
+    zone.mkdir()
+    (zone / "max_energy_range_uj").write_text("1000000\n")
+    (zone / "energy_uj").write_text("999000\n")
+    r = Rapl(tmp_path)
+    assert r.error is None
+    assert r.delta_j([999_000], [1_000]) == pytest.approx(0.002)  # wrapped around
+
+
+def test_telemetry_without_a_gpu_here_records_why():
+    tel = Telemetry(interval_s=0.05)
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert tel.info["nvml"]["available"] is False
+    assert tel.info["nvml"]["reason"].startswith("unavailable: ")
+
+
+def test_a_busy_neighbour_process_is_flagged():
+    # The neighbour is not our descendant (sh exits at once and it is re-parented), so its
+    # CPU use counts as someone else's.
+    import subprocess
+    import sys
+
+    pid = int(subprocess.run(
+        ["sh", "-c", f"{sys.executable} -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+        capture_output=True, text=True, check=True).stdout)
+    try:
+        with Sampler(HostReader(), None, interval_s=0.1) as s:
+            time.sleep(1.2)
+        summ = s.summary()
+    finally:
+        os.kill(pid, 9)
+    assert summ["host"]["other_cpu_mean_pct"] > 60
+    assert any(r.startswith("host busy: other processes used") for r in summ["invalid_reasons"])
