@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: bench test lint clean-venv
+.PHONY: bench test lint asv report clean-venv
 
 $(STAMP): requirements.txt requirements-base.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,12 +14,25 @@ $(STAMP): requirements.txt requirements-base.txt pyproject.toml
 	$(BIN)/pip install -qq --no-deps -e .
 	touch $@
 
-# every suite, quick profile, on the hardware present; then the HTML report
+# every suite, quick profile, on the hardware present; then the HTML report (also when a
+# case failed: the exit status is the run's)
 bench: $(STAMP)
-	$(BIN)/release-bench run --profile quick
+	$(BIN)/release-bench run --profile quick; status=$$?; \
+	$(BIN)/release-bench report && exit $$status
 
+# the browser tests of the HTML pages need Debian's chromium (installed here if missing)
 test: $(STAMP)
+	@scripts/ensure-chromium.sh
 	$(BIN)/pytest
+
+report: $(STAMP)
+	$(BIN)/release-bench report
+
+# asv on this commit, in the .venv environment ("existing"), then the offline dashboard
+asv: $(STAMP)
+	$(BIN)/asv run --machine "$$($(BIN)/release-bench asv-machine)" \
+	  --set-commit-hash "$$(git rev-parse HEAD)" --launch-method spawn $(ASV_ARGS)
+	$(BIN)/release-bench asv-publish
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

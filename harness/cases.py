@@ -18,9 +18,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness import timing
+if TYPE_CHECKING:  # imported where used, so that the CLI can start (and explain) without torch
+    from harness import timing
 
 Params = dict[str, Any]
 ParamSpec = Sequence[Params] | Mapping[str, Sequence[Params]]
@@ -118,6 +119,8 @@ class Context:
 
     def measure(self, name: str, fn: Callable[[], object], **kw: Any) -> timing.Timing:
         """Time `fn` with the profile's run time and record its median as a metric."""
+        from harness import timing
+
         kw.setdefault("min_run_time", self.min_run_time)
         t = timing.measure(fn, device=self.device, **kw)
         self.iterations += t.calls
@@ -128,6 +131,8 @@ class Context:
         self, fns: Mapping[str, Callable[[], object]], **kw: Any
     ) -> dict[str, timing.Timing]:
         """Time several statements interleaved and record each median as a metric."""
+        from harness import timing
+
         kw.setdefault("min_run_time", self.min_run_time)
         ts = timing.measure_interleaved(fns, device=self.device, **kw)
         for name, t in ts.items():

@@ -37,6 +37,18 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _threshold(text: str) -> tuple[str, float]:
+    kind, _, tol = text.partition("=")
+    try:
+        value = float(tol)
+    except ValueError:
+        value = -1.0
+    if not kind or not 0 <= value < 10:
+        raise argparse.ArgumentTypeError(f"expected KIND=TOLERANCE such as latency=0.2, "
+                                         f"got {text!r}")
+    return kind, value
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="release-bench", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -56,12 +68,35 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="do not sample the hardware while cases run")
     run.add_argument("--telemetry-interval", type=_positive_float, default=0.1, metavar="S",
                      help="seconds between telemetry samples (default: 0.1, i.e. 10 Hz)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print what would run (any device, present or not) and stop")
 
     sub.add_parser("require-cuda", help="exit 2 with one line unless torch sees a CUDA device")
+    sub.add_parser("asv-machine", help="register this machine with asv (GPU included) and "
+                                       "print its name")
+    pub = sub.add_parser("asv-publish", help="asv publish, with the dashboard's scripts served "
+                                             "locally so it works offline")
+    pub.add_argument("--config", default="asv.conf.json")
 
     show = sub.add_parser("show", help="summary table of a run")
     show.add_argument("run", help="a run file, or a folder (its newest run)")
     show.add_argument("--no-tables", action="store_true", help="omit the per-case tables")
+
+    report = sub.add_parser("report", help="one self-contained HTML page from run records")
+    report.add_argument("runs", nargs="*", metavar="RUN",
+                        help="run files (default: the newest run of each machine in --runs-dir)")
+    report.add_argument("--runs-dir", default="results/runs", metavar="DIR")
+    report.add_argument("--out", default="results/html/report.html", metavar="FILE")
+
+    compare = sub.add_parser("compare", help="changes between two runs; exit 1 on regression")
+    compare.add_argument("baseline", help="a run file, or a folder (its newest run)")
+    compare.add_argument("candidate", help="a run file, or a folder (its newest run)")
+    compare.add_argument("--threshold", action="append", default=[], metavar="KIND=TOL",
+                         type=_threshold,
+                         help="tolerated relative change for a kind of metric, e.g. latency=0.2 "
+                              "(defaults: ratio/throughput 0.05, time/latency 0.15, bytes 0.10)")
+    compare.add_argument("--all", action="store_true", help="list unchanged metrics too")
+    compare.add_argument("--json", metavar="FILE", help="also write the changes as JSON")
     return parser
 
 
@@ -83,12 +118,12 @@ def _cmd_list(args) -> int:
     return EXIT_OK
 
 
-def _devices(requested: Sequence[str] | None) -> list[str]:
+def _devices(requested: Sequence[str] | None, dry_run: bool = False) -> list[str]:
     import torch
 
     if not requested:
         return ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
-    if "cuda" in requested and not torch.cuda.is_available():
+    if "cuda" in requested and not torch.cuda.is_available() and not dry_run:
         raise UsageError("--device cuda: CUDA is not available on this machine")
     return list(dict.fromkeys(requested))
 
@@ -100,11 +135,17 @@ def _cmd_run(args) -> int:
     unknown = [s for s in args.suite or [] if s not in names]
     if unknown:
         raise UsageError(f"unknown suite {unknown[0]!r} (suites: {', '.join(names)})")
-    devices = _devices(args.device)
+    devices = _devices(args.device, args.dry_run)
     suites = [registry.load(n) for n in (args.suite or names)]
     planned = runner.plan(suites, args.profile, devices, args.case)
     if not planned:
         raise UsageError("nothing to run: no case matches the given suite, case and device")
+    if args.dry_run:
+        for p in planned:
+            print(f"would run {p.label}")
+        print(f"{len(planned)} case runs planned, profile {args.profile}, devices "
+              f"{', '.join(devices)}")
+        return EXIT_OK
     tel = None if args.no_telemetry else telemetry.Telemetry(args.telemetry_interval)
     try:
         path, run = runner.run(planned, args.profile, args.out, telemetry=tel)
@@ -138,8 +179,58 @@ def _cmd_show(args) -> int:
     return EXIT_OK
 
 
+def _cmd_asv_machine(args) -> int:
+    from harness.asv_adapter import register_machine
+
+    print(register_machine())
+    return EXIT_OK
+
+
+def _cmd_asv_publish(args) -> int:
+    from harness.asv_adapter import publish
+
+    html_dir = publish(args.config)
+    print(f"asv dashboard in {html_dir}; view it with: asv preview (or any static web server)")
+    return EXIT_OK
+
+
+def _cmd_report(args) -> int:
+    from pathlib import Path
+
+    from harness import report
+
+    paths = [records.resolve_run(r) for r in args.runs] or report.latest_runs(args.runs_dir)
+    if not paths:
+        raise UsageError(f"no runs under {args.runs_dir}; run `release-bench run` first")
+    out = report.write(paths, args.out)
+    print(f"report of {len(paths)} run(s) written to {out}")
+    print(f"open it with: xdg-open {Path(out)}  (or any browser; it needs no server)")
+    return EXIT_OK
+
+
+def _cmd_compare(args) -> int:
+    from harness import compare, summary
+
+    base = records.read_run(records.resolve_run(args.baseline))
+    cand = records.read_run(records.resolve_run(args.candidate))
+    changes = compare.compare_runs(base, cand, dict(args.threshold))
+    rows = compare.changes_table(changes, show_all=args.all)
+    print(f"baseline  {base['started']} {base['machine']['name']} torch "
+          f"{base['machine'].get('torch', {}).get('version')}")
+    print(f"candidate {cand['started']} {cand['machine']['name']} torch "
+          f"{cand['machine'].get('torch', {}).get('version')}")
+    print(summary.table_text(rows, limit=500) if rows else "no changes beyond the thresholds")
+    counts = {v: sum(c.verdict == v for c in changes)
+              for v in ("regression", "improvement", "noise", "unchanged", "new", "gone")}
+    print(", ".join(f"{n} {v}" for v, n in counts.items()))
+    if args.json:
+        records.write_json_atomic(args.json, [c.to_json() for c in changes])
+    return EXIT_FAILED if counts["regression"] else EXIT_OK
+
+
 COMMANDS = {"list": _cmd_list, "run": _cmd_run, "show": _cmd_show,
-            "require-cuda": _cmd_require_cuda}
+            "require-cuda": _cmd_require_cuda, "report": _cmd_report, "compare": _cmd_compare,
+            "asv-machine": _cmd_asv_machine, "asv-publish": _cmd_asv_publish}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -101,22 +101,39 @@ def run_path(out_dir: str | Path, run: dict) -> Path:
     return Path(out_dir) / run["machine"]["name"] / f"{stamp}-{run['profile']}.json"
 
 
-def write_json_atomic(path: str | Path, doc: Any) -> Path:
-    """Write `doc` as JSON so that readers see the old file or the new one, never half of one."""
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write `text` so that readers see the old file or the new one, never half of one."""
+    return write_bytes_atomic(path, text.encode())
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=1, sort_keys=False, allow_nan=False, default=str)
-            f.write("\n")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; results are for sharing
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_json_atomic(path: str | Path, doc: Any) -> Path:
+    """Write `doc` as JSON, atomically. Serialising first means a document that cannot be
+    written (NaN, say) leaves the old file untouched."""
+    text = json.dumps(doc, indent=1, allow_nan=False, default=str) + "\n"
+    return write_text_atomic(path, text)
 
 
 def validate(doc: Any, source: str = "run") -> dict:

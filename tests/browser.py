@@ -1,0 +1,88 @@
+"""A real headless browser for the page tests: Debian's chromium driven by Playwright.
+
+`scripts/ensure-chromium.sh` (run by `make test`) installs chromium; without it the page tests
+skip and say why. Playwright's own browser download is not used (it needs a network this
+kind of machine does not have).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import shutil
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCREENSHOTS = ROOT / "results" / "screenshots"
+# No background services, no sandbox (root in a container), software rendering only.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+
+
+def chromium_path() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        pytest.skip("no chromium on this machine (scripts/ensure-chromium.sh installs it)")
+    return path
+
+
+@dataclass
+class PageVisit:
+    title: str
+    text: str
+    console_errors: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    screenshot: Path | None = None
+
+
+def visit(url: str, name: str, count: tuple[str, ...] = (), wait_for: str | None = None,
+          ) -> PageVisit:
+    """Load `url`, wait for the network to settle (and `wait_for` to appear), collect console
+    errors and uncaught exceptions, count elements, and save a full-page screenshot."""
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
+            page.on("response", lambda r: errors.append(f"HTTP {r.status}: {r.url}")
+                    if r.status >= 400 else None)
+            page.goto(url, wait_until="networkidle")
+            if wait_for:
+                page.wait_for_selector(wait_for, timeout=20_000)
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            shot = SCREENSHOTS / f"{name}.png"
+            page.screenshot(path=str(shot), full_page=True)
+            return PageVisit(page.title(), page.inner_text("body"), errors,
+                             {sel: page.locator(sel).count() for sel in count}, shot)
+        finally:
+            browser.close()
+
+
+@contextmanager
+def served(directory: Path) -> Iterator[str]:
+    """Serve `directory` on 127.0.0.1 (asv's pages load their data over HTTP)."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass

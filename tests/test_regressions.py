@@ -1,0 +1,209 @@
+"""Regression detection end to end: a planted 2x slowdown is flagged, an unchanged run is not,
+by `release-bench compare` and by asv; and asv's published dashboard renders in a browser."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from browser import served, visit
+
+from harness import records, runner
+from harness.cases import Context, Suite
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def busy_wait(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def make_suite(factor: float) -> Suite:
+    """A suite with one stable workload (a busy-wait of known length) and one figure that
+    depends on it, as the release suites have; `factor` plants a slowdown."""
+    suite = Suite("planted", feature="planted regression", status="harness", summary="test")
+
+    @suite.benchmark(devices=("cpu",))
+    def step(ctx: Context):
+        t = ctx.measure_side_by_side({"step_time": lambda: busy_wait(0.002 * factor),
+                                      "reference_time": lambda: busy_wait(0.002)},
+                                     min_run_time=0.3)
+        ctx.metric("speedup_vs_reference", t["reference_time"].median / t["step_time"].median,
+                   "x", kind="ratio", better="higher")
+
+    return suite
+
+
+def run_file(tmp: Path, factor: float) -> Path:
+    planned = runner.plan([make_suite(factor)], "quick", ["cpu"])
+    path, _ = runner.run(planned, "quick", tmp, progress=lambda s: None)
+    return path
+
+
+def compare(a: Path, b: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([BIN / "release-bench", "compare", str(a), str(b), *extra],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_release_bench_compare_flags_a_planted_2x_slowdown_only(tmp_path):
+    base = run_file(tmp_path / "a", 1.0)
+    same = run_file(tmp_path / "b", 1.0)
+    slow = run_file(tmp_path / "c", 2.0)
+
+    unchanged = compare(base, same)
+    assert unchanged.returncode == 0, unchanged.stdout
+    assert "0 regression" in unchanged.stdout
+
+    regressed = compare(base, slow, "--json", str(tmp_path / "changes.json"))
+    assert regressed.returncode == 1, regressed.stdout
+    assert "regression  planted/step[cpu default]  step_time" in regressed.stdout
+    changes = json.loads((tmp_path / "changes.json").read_text())
+    flagged = {c["metric"]: c for c in changes if c["verdict"] == "regression"}
+    assert set(flagged) == {"step_time", "speedup_vs_reference"}
+    assert flagged["step_time"]["factor"] == pytest.approx(2.0, rel=0.2)
+    assert flagged["step_time"]["significant"] is True  # the IQRs do not overlap
+
+
+def test_compare_thresholds_are_configurable(tmp_path):
+    base = run_file(tmp_path / "a", 1.0)
+    slow = run_file(tmp_path / "c", 1.3)  # +30% step time, speedup 0.77x
+    out = compare(base, slow, "--threshold", "time=0.5", "--threshold", "ratio=0.5", "--json",
+                  str(tmp_path / "changes.json"))
+    assert out.returncode == 0, out.stdout
+    changes = json.loads((tmp_path / "changes.json").read_text())
+    assert {c["verdict"] for c in changes} <= {"unchanged", "noise"}
+
+
+def test_compare_flags_a_conformance_case_that_stopped_passing(tmp_path):
+    run = records.new_run({"name": "m"}, "quick")
+    run["results"] = [{"suite": "s", "case": "c", "kind": "conformance", "device": "cpu",
+                       "params": {}, "outcome": "pass", "reason": "", "metrics": []}]
+    a = records.write_json_atomic(tmp_path / "a.json", run)
+    run["results"][0].update(outcome="fail", reason="1 of 1 checks failed")
+    b = records.write_json_atomic(tmp_path / "b.json", run)
+    out = compare(a, b)
+    assert out.returncode == 1 and "(outcome)" in out.stdout
+
+
+ASV_CONF = {
+    "version": 1, "project": "planted", "repo": ".", "branches": ["main"],
+    "environment_type": "existing", "benchmark_dir": "benchmarks",
+    "results_dir": "results", "html_dir": "html",
+}
+# The project's own workload (the telemetry suite's busy matmul), timed by asv as the suites'
+# asv modules time theirs. The code under test is `planted_lib`; commit B plants a 2x slowdown
+# in one of its two functions. (Changing a benchmark's own source would not do: asv treats it
+# as a new, incomparable version of the benchmark.)
+BENCH = """
+import torch
+from suites.telemetry.cases import busy_matmul
+
+from . import planted_lib
+
+class Matmul:
+    repeat = (5, 10, 4.0)
+    warmup_time = 0.2
+
+    def setup(self):
+        torch.set_num_threads(1)
+        self.fn = busy_matmul("cpu", size=256, steps=4)
+
+    def time_planted(self):
+        planted_lib.planted(self.fn)
+
+    def time_unchanged(self):
+        planted_lib.unchanged(self.fn)
+"""
+LIB = """
+def planted(fn):
+    {body}
+
+def unchanged(fn):
+    fn()
+"""
+
+
+def _marked(compare_output: str, mark: str) -> list[str]:
+    """Benchmarks on lines of `asv compare`'s table whose change column is `mark`
+    ('+' slower beyond the factor and significant, '-' faster)."""
+    out = []
+    for line in compare_output.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0] == mark:
+            out.append(cells[4])
+    return out
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def _asv(repo: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([BIN / "asv", *args], cwd=repo, capture_output=True, text=True,
+                          env=env, timeout=900)
+
+
+@pytest.mark.slow
+def test_asv_compare_flags_the_planted_slowdown_and_publishes_a_working_dashboard(tmp_path):
+    repo = tmp_path / "proj"
+    (repo / "benchmarks").mkdir(parents=True)
+    (repo / "asv.conf.json").write_text(json.dumps(ASV_CONF))
+    (repo / "benchmarks" / "__init__.py").write_text("")
+    (repo / "benchmarks" / "bench.py").write_text(BENCH)
+    env = {**os.environ, "HOME": str(tmp_path)}
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "config", "user.email", "t@example.invalid")
+    _git(repo, "config", "user.name", "t")
+    assert _asv(repo, env, "machine", "--yes", "--machine", "planted").returncode == 0
+    hashes = []
+    for body in ("fn()", "fn(); fn()"):
+        (repo / "benchmarks" / "planted_lib.py").write_text(LIB.replace("{body}", body))
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-qm", body)
+        hashes.append(_git(repo, "rev-parse", "HEAD"))
+        # environment "existing": asv benchmarks the working tree and files the results
+        # under the commit given, as the nightly job does
+        out = _asv(repo, env, "run", "--machine", "planted", "--set-commit-hash", hashes[-1],
+                   "--show-stderr", "--launch-method", "spawn")
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+    cmp = _asv(repo, env, "compare", "--machine", "planted", "--factor", "1.5", "--split",
+               hashes[0], hashes[1])
+    assert cmp.returncode == 0, cmp.stderr
+    assert "Benchmarks that have got worse" in cmp.stdout, cmp.stdout
+    assert _marked(cmp.stdout, "+") == ["bench.Matmul.time_planted"], cmp.stdout
+
+    # an unchanged commit: the same benchmarks run again, nothing flagged either way
+    out = _asv(repo, env, "run", "--machine", "planted", "--set-commit-hash", hashes[0],
+               "--launch-method", "spawn", "--bench", "time_unchanged")
+    same = _asv(repo, env, "compare", "--machine", "planted", "--factor", "1.5", "--split",
+                hashes[0], hashes[1])
+    assert "bench.Matmul.time_unchanged" not in _marked(same.stdout, "+") + _marked(
+        same.stdout, "-")
+
+    pub = subprocess.run([BIN / "release-bench", "asv-publish"], cwd=repo, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert pub.returncode == 0, pub.stderr
+    assert "not vendored" not in pub.stderr  # the page must work without internet
+    with served(repo / "html") as url:
+        page = visit(f"{url}/index.html", "asv-dashboard", wait_for="text=time_planted",
+                     count=(".benchmark-container",))
+        graph = visit(f"{url}/index.html#bench.Matmul.time_planted", "asv-graph",
+                      wait_for="canvas", count=("canvas",))
+    assert page.console_errors == [] and graph.console_errors == []
+    assert page.title == "airspeed velocity of an unladen planted"
+    for section in ("Benchmark grid", "Benchmark list", "Regressions", "time_planted",
+                    "time_unchanged"):
+        assert section in page.text
+    assert page.counts[".benchmark-container"] == 2
+    assert graph.counts["canvas"] >= 1  # flot drew the time_planted history
+    assert page.screenshot.exists() and graph.screenshot.exists()
