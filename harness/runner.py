@@ -142,7 +142,9 @@ def run(
 
     A run interrupted part-way keeps every finished case on disk, with `finished` null.
     """
-    run_doc = records.new_run(machine.fingerprint(), profile, command=sys.argv)
+    # the command as typed, without this machine's path to the executable
+    command = [Path(sys.argv[0]).name, *sys.argv[1:]]
+    run_doc = records.new_run(machine.fingerprint(), profile, command=command)
     if telemetry is not None:
         run_doc["telemetry"] = telemetry.info
     path = records.run_path(out_dir, run_doc)
