@@ -55,12 +55,15 @@ class Metric:
     kind: str = "value"  # time | latency | throughput | ratio | bytes | error | count | value
     better: str | None = None  # "higher", "lower", or None when direction does not apply
     stats: dict[str, float | int] | None = None
+    headline: bool = False  # shown first in summaries (the figure the case exists for)
 
     def to_json(self) -> dict[str, Any]:
         d = {"name": self.name, "value": self.value, "unit": self.unit, "kind": self.kind}
         d["better"] = self.better
         if self.stats is not None:
             d["stats"] = self.stats
+        if self.headline:
+            d["headline"] = True
         return d
 
 

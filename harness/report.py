@@ -29,7 +29,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from harness import records  # noqa: E402
 from harness.cases import param_id  # noqa: E402
-from harness.summary import fmt_value  # noqa: E402
+from harness.summary import fmt_value, headline_first  # noqa: E402
 
 plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "figure.dpi": 96})
 
@@ -243,7 +243,7 @@ def _case_rows(entries: list[dict]) -> str:
         tel = e.get("telemetry") or {}
         flags = "; ".join(tel.get("invalid_reasons", []))
         figures = ", ".join(f"{m['name']}={fmt_value(m['value'], m['unit'])}"
-                            for m in e["metrics"][:6])
+                            for m in headline_first(e["metrics"])[:6])
         if len(e["metrics"]) > 6:
             figures += f", +{len(e['metrics']) - 6} more"
         checks = e.get("checks") or []

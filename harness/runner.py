@@ -7,12 +7,14 @@ else (a worker that died, a bug) an error with its reason, so one bad case canno
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +54,41 @@ def plan(
                     continue
                 out.extend(Planned(case, device, p) for p in case.param_sets(profile))
     return out
+
+
+@contextmanager
+def _native_stderr(lines: list[str]) -> Iterator[None]:
+    """Collect what is written to file descriptor 2 while a case runs.
+
+    Native libraries (Kineto, Gloo, TensorPipe) write there directly, tens of lines per case,
+    which would bury the progress lines. The text goes into the record instead. It is kept in
+    a named file until the case ends, so a case that kills the process leaves it behind.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    tmp = tempfile.NamedTemporaryFile(prefix="release-bench-stderr-", suffix=".log",
+                                      delete=False)
+    try:
+        os.dup2(tmp.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        tmp.seek(0)
+        lines.extend(tmp.read().decode(errors="replace").splitlines())
+        tmp.close()
+        os.unlink(tmp.name)
+
+
+def _stderr_notes(lines: list[str]) -> tuple[list[str], list[str]]:
+    """(a one-line note, the distinct lines) for what a case wrote to stderr."""
+    distinct = list(dict.fromkeys(ln.strip() for ln in lines if ln.strip()))
+    if not distinct:
+        return [], []
+    note = (f"stderr (recorded, not shown): {len(lines)} lines, {len(distinct)} distinct, "
+            f"first: {distinct[0][:160]}")
+    return [note], distinct[:50]
 
 
 def _warning_notes(caught: list[warnings.WarningMessage]) -> list[str]:
@@ -94,7 +131,8 @@ def execute(
     sampler = telemetry.sampler() if sampled else nullcontext()
     t0 = time.perf_counter()
     outcome, reason = "pass", ""
-    with warnings.catch_warnings(record=True) as caught:
+    stderr_lines: list[str] = []
+    with _native_stderr(stderr_lines), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             if device == "cuda" and not torch.cuda.is_available():
@@ -116,13 +154,16 @@ def execute(
         except Exception as e:
             outcome, reason = "error", f"{type(e).__name__}: {e}".splitlines()[0]
             ctx.details["traceback"] = traceback.format_exc()
+    stderr_note, stderr_distinct = _stderr_notes(stderr_lines)
+    if stderr_distinct:
+        ctx.details["stderr"] = stderr_distinct
     entry.update(
         outcome=outcome,
         reason=reason[:MAX_REASON],
         elapsed_s=round(time.perf_counter() - t0, 3),
         metrics=[m.to_json() for m in ctx.metrics],
         checks=[{"name": c.name, "passed": c.passed, "detail": c.detail} for c in ctx.checks],
-        notes=ctx.notes + _warning_notes(caught),
+        notes=ctx.notes + _warning_notes(caught) + stderr_note,
         tables=ctx.tables,
         shown_tables=ctx.shown_tables,
         details=ctx.details,

@@ -26,8 +26,14 @@ def fmt_value(value: float | None, unit: str) -> str:
     return f"{value:.4g} {unit}".rstrip()
 
 
+def headline_first(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Metrics with the headline ones first (a stable sort keeps the recorded order)."""
+    return sorted(metrics, key=lambda m: not m.get("headline", False))
+
+
 def _key_figures(entry: dict[str, Any], limit: int = 4) -> str:
-    shown = [f"{m['name']}={fmt_value(m['value'], m['unit'])}" for m in entry["metrics"][:limit]]
+    metrics = headline_first(entry["metrics"])
+    shown = [f"{m['name']}={fmt_value(m['value'], m['unit'])}" for m in metrics[:limit]]
     more = len(entry["metrics"]) - limit
     if more > 0:
         shown.append(f"+{more} more")

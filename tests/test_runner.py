@@ -136,3 +136,20 @@ def test_interrupted_run_keeps_finished_cases(tmp_path):
     doc = records.read_run(path)
     assert doc["finished"] is None
     assert [e["case"] for e in doc["results"]] == ["first"]
+
+
+@demo.conformance(devices=("cpu",))
+def writes_to_fd2(ctx: Context):
+    import os
+
+    for _ in range(3):
+        os.write(2, b"native library chatter\n")
+    ctx.check("ran", True)
+
+
+def test_native_stderr_goes_into_the_record_not_the_terminal(capfd):
+    entry = run("writes_to_fd2")
+    assert "native library chatter" not in capfd.readouterr().err
+    assert entry["details"]["stderr"] == ["native library chatter"]
+    assert any(n.startswith("stderr (recorded, not shown): 3 lines, 1 distinct")
+               for n in entry["notes"])

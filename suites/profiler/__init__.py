@@ -1,0 +1,1 @@
+"""Memory profiler (1.6 beta): reported bytes and times against ground truth, and overhead."""

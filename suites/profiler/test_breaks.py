@@ -1,0 +1,150 @@
+"""Each profiler check, shown to fail when the profiler's report is broken on purpose.
+
+The breaks corrupt what torch's profiler hands back, at the two places every API's figures
+pass through: the `FunctionEvent`s that `events()`, `key_averages()` and the printed tables
+are built from, and the raw event lists the profilers collect when they stop (Kineto's
+result for torch.profiler and torch.autograd.profiler, the record lists of the legacy one).
+For every conformance case, each of its checks passes unbroken and fails under at least one
+break; the union of the breaks' failures is the case's whole set of checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.autograd.profiler as autograd_profiler
+import torch.autograd.profiler_legacy as legacy_profiler
+from torch.autograd.profiler_util import FunctionEvent
+
+from harness.runner import execute
+from suites.profiler import cases
+
+MEMORY_EVENT = "[memory]"
+
+
+# --- breaks ---------------------------------------------------------------------------------
+
+
+def skew_memory(monkeypatch, factor: float = 1.0, offset: int = 0) -> None:
+    """Every event reports factor * its bytes + offset (CPU and device memory alike)."""
+    init = FunctionEvent.__init__
+
+    def skewed(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.cpu_memory_usage = round(self.cpu_memory_usage * factor) + offset
+        self.device_memory_usage = round(self.device_memory_usage * factor) + offset
+
+    monkeypatch.setattr(FunctionEvent, "__init__", skewed)
+
+
+class _WithoutFrees:
+    """A Kineto profiler result whose event list has lost every free (negative) record."""
+
+    def __init__(self, result: Any) -> None:
+        self._result = result
+
+    def events(self) -> list:
+        return [e for e in self._result.events()
+                if not (e.name() == MEMORY_EVENT and e.nbytes() < 0)]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._result, name)
+
+
+def drop_frees(monkeypatch) -> None:
+    """The profilers lose every free: Kineto's results and the legacy record lists."""
+    kineto_stop = autograd_profiler._disable_profiler
+    monkeypatch.setattr(autograd_profiler, "_disable_profiler",
+                        lambda: _WithoutFrees(kineto_stop()))
+    legacy_stop = legacy_profiler._disable_profiler_legacy
+
+    def legacy_without_frees():
+        return [[r for r in thread
+                 if not (r.kind() == "memory_alloc"
+                         and (r.cpu_memory_usage() < 0 or r.cuda_memory_usage() < 0))]
+                for thread in legacy_stop()]
+
+    monkeypatch.setattr(legacy_profiler, "_disable_profiler_legacy", legacy_without_frees)
+
+
+def stretch_times(monkeypatch, factor: float = 1.10) -> None:
+    """Every event reports `factor` times its host and device duration."""
+    for name in ("cpu_time_total", "device_time_total"):
+        prop = getattr(FunctionEvent, name)
+        monkeypatch.setattr(FunctionEvent, name,
+                            property(lambda self, p=prop: p.fget(self) * factor))
+
+
+BREAKS: dict[str, Callable] = {
+    "memory scaled x1.5": lambda mp: skew_memory(mp, factor=1.5),
+    "memory +4 B per event": lambda mp: skew_memory(mp, offset=4),
+    "frees dropped": drop_frees,
+    "times stretched x1.10": stretch_times,
+}
+# The breaks each case is shown against (together they fail every one of its checks).
+CASE_BREAKS = {
+    "known_allocations": ("memory scaled x1.5", "frees dropped"),
+    "resnet18_ops": ("memory scaled x1.5", "memory +4 B per event"),
+    "peak_memory": ("frees dropped",),
+    "timing_accuracy": ("times stretched x1.10",),
+}
+
+
+# --- tests ----------------------------------------------------------------------------------
+
+
+def run(name: str, device: str) -> dict:
+    case = cases.suite.case(name)
+    return execute(case, device, case.param_sets("quick")[0], "quick")
+
+
+def failed(entry: dict) -> set[str]:
+    return {c["name"] for c in entry["checks"] if not c["passed"]}
+
+
+def _params():
+    out = []
+    for name in CASE_BREAKS:
+        for device in cases.suite.case(name).devices:
+            marks = [pytest.mark.gpu] if device == "cuda" else []
+            out.append(pytest.param(name, device, marks=marks, id=f"{name}-{device}"))
+    return out
+
+
+def test_every_case_is_broken_somewhere() -> None:
+    conformance = {c.name for c in cases.suite.cases if c.kind == "conformance"}
+    assert conformance == set(CASE_BREAKS)
+
+
+@pytest.mark.parametrize(("name", "device"), _params())
+def test_each_check_fails_under_a_break(monkeypatch, name: str, device: str) -> None:
+    unbroken = run(name, device)
+    assert unbroken["outcome"] == "pass", unbroken["reason"]
+    checks = {c["name"] for c in unbroken["checks"]}
+    caught: set[str] = set()
+    for brk in CASE_BREAKS[name]:
+        with monkeypatch.context() as mp:
+            BREAKS[brk](mp)
+            entry = run(name, device)
+        assert entry["outcome"] == "fail", f"{brk}: {entry['outcome']}: {entry['reason']}"
+        caught |= failed(entry)
+    assert caught == checks, f"never failed: {sorted(checks - caught)}"
+
+
+def test_dropped_frees_fail_exactly_the_free_checks(monkeypatch) -> None:
+    drop_frees(monkeypatch)
+    entry = run("known_allocations", "cpu")
+    assert failed(entry) == {c["name"] for c in entry["checks"] if "frees" in c["name"]}
+    assert len(failed(entry)) == 3  # one per API
+
+
+def test_breaks_restore_torch() -> None:
+    """monkeypatch undoes every break: a clean profile reports true bytes again."""
+    with autograd_profiler.profile(profile_memory=True) as prof:
+        with torch.autograd.profiler.record_function("probe"):
+            t = torch.empty(1000)
+    assert [e.cpu_memory_usage for e in prof.function_events if e.name == "probe"] == [4000]
+    del t

@@ -1,0 +1,83 @@
+"""The profiler suite under pytest: its cases as tests, its workloads as benchmarks, and the
+ground-truth helpers it relies on."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.pytest_adapter import benchmark_case_tests, conformance_tests, workload_benchmarks
+from suites.profiler import apis, truth
+from suites.profiler.cases import fmt_memory, suite
+
+test_conformance = conformance_tests(suite)
+test_benchmark_case = benchmark_case_tests(suite)
+test_workload = workload_benchmarks(suite)
+
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize(("nbytes", "block"), [
+    (1, 512), (4, 512), (512, 512), (513, 1024), (4000, 4096),
+    (4_000_000, 4_000_256),  # 1000x1000 float32: rounded to 512 B, split off a 20 MiB segment
+    (MiB, MiB),  # the largest small-pool request
+    (MiB + 1, MiB + 512),  # large pool, 20 MiB segment, split
+    (9 * MiB + MiB // 2, 9 * MiB + MiB // 2),  # 20 MiB segment, 10.5 MiB left: split
+    (19 * MiB + MiB // 2, 20 * MiB),  # own 20 MiB segment, 0.5 MiB left: not split
+    (104_857_600, 104_857_600),  # 5120x5120 float32: exactly fills its segment
+    (108_000_000, 108_000_256),  # segment 109,051,904: 1,051,648 B left > 1 MiB: split
+])
+def test_cuda_block_rule(nbytes: int, block: int) -> None:
+    assert truth.cuda_block_size(nbytes, expandable=False) == block
+
+
+def test_cuda_block_rule_expandable_always_splits() -> None:
+    assert truth.cuda_block_size(19 * MiB + MiB // 2, expandable=True) == 19 * MiB + MiB // 2
+
+
+def test_cuda_block_bounds_allow_an_unsplit_large_block() -> None:
+    assert truth.cuda_block_bounds(4000) == (4096, 4096)  # small pool: always split
+    assert truth.cuda_block_bounds(4_000_000) == (4_000_256, 4_000_256 + MiB)
+    op = truth.OpBytes("op", tensors=[4000, 4_000_000, -4_000_000])
+    assert op.bounds("cpu") == (4000, 4000)
+    assert op.bounds("cuda") == (4096 - MiB, 4096 + MiB)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("nbytes", [1, 4000, 4_000_000, MiB + 1, 19 * MiB + MiB // 2,
+                                    104_857_600, 108_000_000])
+def test_cuda_block_rule_matches_the_allocator(nbytes: int) -> None:
+    """The rule the suite checks against is the allocator's own behaviour."""
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
+    t = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    assert torch.cuda.memory_allocated() - before == truth.cuda_block_size(nbytes)
+    del t
+
+
+def test_fmt_memory_prints_like_the_profiler_tables() -> None:
+    assert fmt_memory(49_674_240) == "47.37 MB"
+    assert fmt_memory(20_000) == "19.53 KB"
+    assert fmt_memory(4) == "4 B"
+    assert fmt_memory(-4_000_000) == "-3.81 MB"
+
+
+def test_peak_live_follows_allocations_and_frees() -> None:
+    recs = [apis.MemRecord(i, b) for i, b in enumerate([3, 5, -3, 4, 4, -5, -4, -4])]
+    assert apis.peak_live(recs) == (13, 0)
+    assert apis.peak_live([]) == (0, 0)
+
+
+def test_busy_wait_spins_at_least_as_long_as_asked() -> None:
+    assert 0.002 <= truth.busy_wait(0.002) < 0.5
+
+
+def test_allocation_sequence_peak_on_cpu() -> None:
+    run, peak = truth.allocation_sequence("cpu", unit=1000)
+    run()
+    assert peak == 5000 + 2 * 4000
+
+
+def test_unknown_api_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown profiler API"):
+        apis.open_profiler("nvtx", "cpu")
