@@ -63,9 +63,10 @@ class LaunchError(RuntimeError):
             line = f"{label}s timed out: {first.message} (ranks {ranks} still running, killed)"
         else:
             line = f"{label} rank {first.rank} {first.message}"
-            others = [f.rank for f in failures[1:]]
-            if others:
-                line += f" (peer ranks {', '.join(map(str, others))} then stopped)"
+            then = [f"rank {f.rank} {'stopped' if f.kind == 'stopped' else f.message}"
+                    for f in failures[1:]]
+            if then:
+                line += f" (then: {'; '.join(then)})"
         super().__init__(line)
 
     def failures_json(self) -> list[dict[str, Any]]:
@@ -244,6 +245,7 @@ def launch(
             if remaining <= 0:
                 break
             done = wait([p.sentinel for p in pending.values()], timeout=remaining)
+            batch = []
             for rank, p in list(pending.items()):
                 if p.sentinel not in done:
                     continue
@@ -251,10 +253,12 @@ def launch(
                 ok, value = _collect(p, rank, workdir)
                 if ok:
                     results[rank] = value
-                    continue
-                if not failures:  # the first failure: peers get a grace period, not more
-                    deadline = min(deadline, time.monotonic() + grace_s)
-                failures.append(value)
+                else:
+                    batch.append(value)
+            if batch and not failures:  # the first failure: peers get a grace period, no more
+                deadline = min(deadline, time.monotonic() + grace_s)
+            # Of failures seen together, a death comes before the exceptions it caused.
+            failures.extend(sorted(batch, key=lambda f: f.kind != "exit"))
         peer_failed = bool(failures)
         for rank in sorted(pending):
             if peer_failed:

@@ -106,8 +106,12 @@ def workload_benchmarks(suite: Suite):
         fn = workload.build(device, **params)
         benchmark.extra_info.update(suite=workload.suite, workload=workload.name,
                                     device=device, params=params)
-        with session_telemetry().sampler() as sampler:
-            benchmark(fn)
+        try:
+            with session_telemetry().sampler() as sampler:
+                benchmark(fn)
+        finally:
+            if callable(getattr(fn, "close", None)):  # a workload holding peers or processes
+                fn.close()
         benchmark.extra_info["telemetry"] = sampler.summary()
 
     return test_workload

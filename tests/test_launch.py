@@ -154,7 +154,8 @@ def test_hang_times_out_and_every_process_is_reaped(tmp_path):
 def test_first_failure_is_the_root_cause_and_peers_are_stopped():
     with pytest.raises(LaunchError) as err:
         launch(rank0_hangs_rank1_raises, 2, timeout_s=120, grace_s=1)
-    assert str(err.value).startswith("worker rank 1 raised RuntimeError: rank 1 failed first")
+    assert str(err.value) == ("worker rank 1 raised RuntimeError: rank 1 failed first "
+                              "(then: rank 0 stopped)")
     assert [f.kind for f in err.value.failures] == ["exception", "stopped"]
     assert not _stray_children()
 

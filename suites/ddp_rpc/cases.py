@@ -1,0 +1,355 @@
+"""DDP + RPC hybrid parallelism (1.6 beta): does it compute the right numbers, and how fast?
+
+Three processes through the harness launcher: a parameter server holding an EmbeddingBag
+behind RPC (`RemoteModule`), and two trainers whose dense model is wrapped in
+DistributedDataParallel over Gloo. Forward goes through the remote embedding, backward
+through distributed autograd, and a DistributedOptimizer steps the remote and local
+parameters (see `model.py` for the model and `workers.py` for the processes).
+
+Conformance:
+- `matches_reference`: after 20 lock-step steps on fixed, seeded data, every parameter (the
+  server's embedding, each trainer's dense model) and every loss equals a single-process
+  float64 reference within 1e-5 relative, and DDP replicas are bitwise identical; for no
+  DDP, DDP around the whole hybrid model, and DDP inside it (PyTorch's own three variants).
+- `mirrored_pairs`: trainer 2 gets trainer 1's features with opposite targets; DDP's
+  averaged dense gradients are then exactly zero, while the embedding gradients (not under
+  DDP) are not, and are exact opposites.
+- `dist_grads_equal_local`: `dist_autograd.get_gradients` equals local autograd gradients
+  of an identical local module, dense and embedding.
+- `faults`: a trainer or the parameter server dying mid-training ends the case with one
+  clear error naming it, survivors fail on their own, nothing hangs, every process is gone.
+
+Benchmark:
+- `step_time`: hybrid step time and where it goes (forward, backward, optimizer), an
+  equivalent local step interleaved with it, a bare embedding RPC and a bare allreduce.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+from torch.utils import benchmark as tbench
+
+from harness import launch, timing
+from harness.cases import Context, Suite
+from suites.ddp_rpc import workers
+from suites.ddp_rpc.model import (
+    MODES,
+    PS_RANK,
+    TRAINER_RANKS,
+    WORLD_SIZE,
+    Optim,
+    Shape,
+    compare,
+    initial_parameters,
+    local_step_fn,
+    make_batches,
+    reference_training,
+)
+
+suite = Suite(
+    "ddp_rpc",
+    feature="DDP + RPC hybrid parallelism",
+    status="beta",
+    summary="RemoteModule embedding + DDP dense model + dist autograd + DistributedOptimizer "
+            "equals a single-process reference; step time and where it goes",
+)
+
+STEPS = {"quick": 20, "full": 40}
+# Relative tolerance, max-norm per tensor, float32 runs against a float64 reference. Measured
+# differences here are about 1e-7..2e-6 after 20 steps; a lost allreduce or a lost gradient
+# is off by 1e-2 or more.
+TOLERANCE = 1e-5
+LAUNCH_TIMEOUT_S = 180.0
+GRACE_S = 15.0  # survivors of a dead peer get this long to fail on their own
+LABEL = "ddp_rpc worker"
+# The benchmark's model: large enough that compute is not lost in the noise of the RPC.
+BENCH_SHAPE = Shape(num_embeddings=10_000, embedding_dim=32, dense_in=32, hidden=128,
+                    batch=128, max_bag=8)
+BENCH_STEPS = {"quick": 20, "full": 50}  # timed steps per round (3 rounds)
+# Faults: the victim dies at this step; short RPC/Gloo timeouts make survivors fail fast.
+FAULT_STEP = 5
+FAULT_RPC_TIMEOUT_S = 10.0
+FAULT_PG_TIMEOUT_S = 20.0
+FAULT_LAUNCH_TIMEOUT_S = 120.0
+
+Setup = Callable[[], None] | None
+
+
+def run_hybrid(spec: workers.Spec, setup: Setup = None,
+               timeout_s: float = LAUNCH_TIMEOUT_S) -> list[dict[str, Any]]:
+    """The three processes, through the launcher; results by rank."""
+    return launch.launch(workers.hybrid_worker, WORLD_SIZE, (spec,), timeout_s=timeout_s,
+                         grace_s=GRACE_S, setup=setup, label=LABEL)
+
+
+def new_spec(task: str, mode: str, device: str, batches: list, shape: Shape,
+             **kw: Any) -> workers.Spec:
+    """A run of the hybrid with the suite's optimizer and seeded initial parameters."""
+    return workers.Spec(task=task, mode=mode, device=device, shape=shape, optim=Optim(),
+                        init=initial_parameters(shape), batches=batches,
+                        rpc_port=launch.free_port(), threads=threads_per_process(), **kw)
+
+
+def threads_per_process() -> int:
+    """The usable cores shared by the three processes, at least one thread each."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // WORLD_SIZE)
+
+
+def _fmt(abs_diff: float, rel_diff: float) -> str:
+    return f"max abs diff {abs_diff:.3g}, rel {rel_diff:.3g} (tolerance {TOLERANCE:g} rel)"
+
+
+@suite.conformance(params={"quick": [{"ddp": m} for m in MODES],
+                           "full": [{"ddp": m} for m in MODES]},
+                   needs=("distributed",))
+def matches_reference(ctx: Context, setup: Setup = None) -> None:
+    """Every parameter and loss after N lock-step steps equals a single-process reference."""
+    mode = ctx.params["ddp"]
+    steps = STEPS[ctx.profile]
+    shape = Shape()
+    batches = make_batches(shape, steps)
+    spec = new_spec("train", mode, ctx.device, batches, shape)
+    res = run_hybrid(spec, setup)
+    ref = reference_training(shape, spec.init, batches, mode, spec.optim)
+
+    rows = []
+    emb_abs, emb_rel = compare(res[PS_RANK]["embedding"], ref.embedding)
+    rows.append({"parameter": "embedding.weight", "where": "ps", "abs_diff": emb_abs,
+                 "rel_diff": emb_rel})
+    ctx.check("embedding matches reference", emb_rel <= TOLERANCE, _fmt(emb_abs, emb_rel))
+    worst = [(emb_abs, emb_rel)]
+    for t, rank in enumerate(TRAINER_RANKS):
+        diffs = {name: compare(value, ref.dense[t][name])
+                 for name, value in res[rank]["dense"].items()}
+        rows += [{"parameter": name, "where": f"trainer{rank}", "abs_diff": a, "rel_diff": r}
+                 for name, (a, r) in diffs.items()]
+        a, r = max(d[0] for d in diffs.values()), max(d[1] for d in diffs.values())
+        worst.append((a, r))
+        ctx.check(f"trainer {rank} dense parameters match reference", r <= TOLERANCE, _fmt(a, r))
+        la, lr = compare(torch.tensor(res[rank]["losses"]), torch.tensor(ref.losses[t]))
+        ctx.check(f"trainer {rank} losses match reference", lr <= TOLERANCE, _fmt(la, lr))
+    if mode != "none":  # DDP keeps the replicas equal; without it they differ by design
+        a, b = (res[r]["dense"] for r in TRAINER_RANKS)
+        gap = max((a[k] - b[k]).abs().max().item() for k in a)
+        ctx.check("trainer replicas identical", all(torch.equal(a[k], b[k]) for k in a),
+                  f"largest difference between the two trainers' parameters {gap:.3g}")
+    max_abs, max_rel = max(w[0] for w in worst), max(w[1] for w in worst)
+    ctx.metric("max_abs_diff", max_abs, "abs", kind="error", better="lower")
+    ctx.metric("max_rel_diff", max_rel, "rel", kind="error", better="lower")
+    ctx.metric("steps", steps, "steps", kind="count")
+    # How far off a reference with one optimizer for both trainers' embedding steps would
+    # be: evidence that the comparison resolves DistributedOptimizer's per-trainer state.
+    shared = reference_training(shape, spec.init, batches, mode, spec.optim,
+                                shared_embedding_optimizer=True)
+    shared_rel = compare(res[PS_RANK]["embedding"], shared.embedding)[1]
+    ctx.details["shared_optimizer_reference_rel_diff"] = shared_rel
+    ctx.table("parameters", rows)
+    ctx.table("reference", [{"ddp": mode, "device": ctx.device, "steps": steps,
+                             "max_abs_diff": max_abs, "max_rel_diff": max_rel,
+                             "tolerance": TOLERANCE,
+                             "shared_optimizer_ref_rel_diff": shared_rel}], show=True)
+    ctx.note("reference: float64, one process; DDP modes keep one dense replica stepped with "
+             "the trainers' mean gradient; the embedding is stepped by two SGD instances "
+             "(one per trainer's DistributedOptimizer), trainer 1 then trainer 2, both "
+             "gradients taken at the step's starting weights")
+
+
+@suite.conformance(params={"quick": [{"ddp": "outside"}, {"ddp": "inside"}],
+                           "full": [{"ddp": "outside"}, {"ddp": "inside"}]},
+                   devices=("cpu",), needs=("distributed",))
+def mirrored_pairs(ctx: Context, setup: Setup = None) -> None:
+    """Pairs with opposite targets make DDP's dense gradients exactly zero, not the
+    embedding's."""
+    mode = ctx.params["ddp"]
+    shape = Shape()
+    batches = [[b[0], b[0].mirrored()] for b in make_batches(shape, 3)]
+    spec = new_spec("grads", mode, ctx.device, batches, shape, loss="signed")
+    res = run_hybrid(spec, setup)
+    dense_max, zero, emb_nonzero, opposite = 0.0, True, True, True
+    for step in range(len(batches)):
+        per_trainer = [res[r]["steps"][step]["dist"] for r in TRAINER_RANKS]
+        for grads in per_trainer:
+            for name, g in grads.items():
+                if name == "embedding":
+                    emb_nonzero &= g is not None and bool(g.abs().max() > 0)
+                    continue
+                zero &= g is not None and not bool(g.count_nonzero())
+                if g is not None:
+                    dense_max = max(dense_max, g.abs().max().item())
+        g1, g2 = (g["embedding"] for g in per_trainer)
+        opposite &= g1 is not None and g2 is not None and torch.equal(g2, -g1)
+    ctx.check("DDP gradients exactly zero", zero, f"largest |dense grad| {dense_max:.3g}")
+    ctx.check("embedding gradients non-zero", emb_nonzero)
+    ctx.check("trainers' embedding gradients exact opposites", opposite)
+    ctx.metric("max_abs_ddp_grad", dense_max, "abs", kind="error", better="lower")
+
+
+@suite.conformance(params={"quick": [{"ddp": "inside"}],
+                           "full": [{"ddp": "none"}, {"ddp": "inside"}]},
+                   devices=("cpu",), needs=("distributed",))
+def dist_grads_equal_local(ctx: Context, setup: Setup = None) -> None:
+    """dist_autograd.get_gradients equals local autograd gradients of an identical module."""
+    mode = ctx.params["ddp"]
+    shape = Shape()
+    batches = make_batches(shape, 3)
+    spec = new_spec("grads", mode, ctx.device, batches, shape, local_check=True)
+    res = run_hybrid(spec, setup)
+    worst = 0.0
+    for rank in TRAINER_RANKS:
+        for part in ("dense", "embedding"):
+            diffs, missing = [], 0
+            for step in res[rank]["steps"]:
+                for name, want in step["local"].items():
+                    if (name == "embedding") != (part == "embedding"):
+                        continue
+                    got = step["dist"][name]
+                    if got is None:
+                        missing += 1
+                        continue
+                    diffs.append(compare(got, want)[1])
+            rel = max(diffs, default=float("inf"))
+            worst = max(worst, rel)
+            ctx.check(f"trainer {rank} {part} gradients equal local autograd",
+                      not missing and rel <= TOLERANCE,
+                      f"{missing} gradients missing" if missing else
+                      f"max rel diff {rel:.3g} (tolerance {TOLERANCE:g})")
+    ctx.metric("max_rel_grad_diff", worst, "rel", kind="error", better="lower")
+
+
+@suite.workload(params={"quick": [{"batch": BENCH_SHAPE.batch}],
+                        "full": [{"batch": b} for b in (32, 128, 512)]})
+def local_step(device: str, batch: int = BENCH_SHAPE.batch) -> Callable[[], None]:
+    """The hybrid's training step in one process (no RPC, no DDP): the floor `step_time`
+    compares the distributed step with."""
+    shape = replace(BENCH_SHAPE, batch=batch)
+    return local_step_fn(shape, initial_parameters(shape), [b[0] for b in make_batches(shape, 8)],
+                         Optim(), device)
+
+
+def _pids(pid_dir: str) -> dict[int, int]:
+    return {int(p.name[4:]): int(p.read_text()) for p in Path(pid_dir).glob("rank*")}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@suite.conformance(params={"quick": [{"victim": "trainer"}, {"victim": "ps"}],
+                           "full": [{"victim": "trainer"}, {"victim": "ps"}]},
+                   devices=("cpu",), needs=("distributed",))
+def faults(ctx: Context, setup: Setup = None) -> None:
+    """A trainer or the parameter server dying mid-training ends the case with a clear error,
+    no hang, every process reaped."""
+    victim = PS_RANK if ctx.params["victim"] == "ps" else TRAINER_RANKS[0]
+    shape = Shape()
+    batches = make_batches(shape, 2 * FAULT_STEP)
+    with tempfile.TemporaryDirectory(prefix="ddp-rpc-pids-") as pid_dir:
+        spec = new_spec("train", "inside", ctx.device, batches, shape,
+                        kill=(victim, FAULT_STEP), pid_dir=pid_dir,
+                        rpc_timeout_s=FAULT_RPC_TIMEOUT_S, pg_timeout_s=FAULT_PG_TIMEOUT_S)
+        t0 = time.perf_counter()
+        error: launch.LaunchError | None = None
+        try:
+            run_hybrid(spec, setup, timeout_s=FAULT_LAUNCH_TIMEOUT_S)
+        except launch.LaunchError as e:
+            error = e
+        elapsed = time.perf_counter() - t0
+        ended = time.time()
+        pids = _pids(pid_dir)
+        death = Path(pid_dir, "death")
+        after_death = ended - float(death.read_text()) if death.exists() else None
+    left = sorted(r for r, pid in pids.items() if _alive(pid))
+    ctx.details["pids"] = pids
+    message = str(error) if error else "finished without an error"
+    # The launcher's one line names the first failure it collected; a peer that raised at
+    # once can be collected beside the victim, so look for the death among all failures.
+    died = [f for f in (error.failures if error else []) if f.rank == victim]
+    ctx.check("error reports the dead rank killed",
+              bool(died) and died[0].message.startswith("was killed by signal SIGKILL"),
+              message[:300])
+    outcomes = {f.rank: f.kind for f in error.failures} if error else {}
+    survivors = {r: outcomes.get(r, "finished") for r in range(WORLD_SIZE) if r != victim}
+    ctx.check("survivors failed on their own", all(k == "exception" for k in survivors.values()),
+              ", ".join(f"rank {r}: {k}" for r, k in survivors.items()))
+    ctx.check("no hang", elapsed < FAULT_LAUNCH_TIMEOUT_S,
+              f"ended after {elapsed:.1f} s (launcher timeout {FAULT_LAUNCH_TIMEOUT_S:g} s)")
+    ctx.check("every process reaped", len(pids) == WORLD_SIZE and not left,
+              f"{len(pids)} pids recorded, still alive: ranks {left}")
+    # From the victim's death to launch() returning: survivors noticing, failing, being reaped.
+    ctx.metric("error_after_death", after_death, "s", kind="latency", better="lower")
+    ctx.table("fault", [{"victim": f"rank {victim} ({ctx.params['victim']})", "step": FAULT_STEP,
+                         "error": message[:120], "error_after_death_s": after_death,
+                         **{f"rank{r}": k for r, k in survivors.items()}}], show=True)
+    if error:
+        ctx.details["workers"] = [
+            {"rank": f.rank, "kind": f.kind, "message": f.message[:300]} for f in error.failures]
+
+
+def _timing(samples: list[float], name: str) -> timing.Timing:
+    """Median and IQR of per-call seconds, computed by torch.utils.benchmark."""
+    m = tbench.Measurement(number_per_run=1, raw_times=list(samples),
+                           task_spec=tbench.TaskSpec(stmt=name, setup="pass"))
+    return timing.Timing.from_measurement(m)
+
+
+@suite.benchmark(params={"quick": [{"ddp": "inside"}], "full": [{"ddp": m} for m in MODES]},
+                 needs=("distributed",))
+def step_time(ctx: Context, setup: Setup = None) -> None:
+    """Hybrid step time and its phases, beside an equivalent local step, a bare RPC and a
+    bare allreduce."""
+    mode = ctx.params["ddp"]
+    batches = make_batches(BENCH_SHAPE, 8)
+    spec = new_spec("measure", mode, ctx.device, batches, BENCH_SHAPE, lockstep=False,
+                    steps_per_round=BENCH_STEPS[ctx.profile])
+    res = run_hybrid(spec, setup)
+    per_trainer = {}
+    for rank in TRAINER_RANKS:
+        r = res[rank]
+        per_trainer[rank] = {
+            **{name: _timing(v, name) for name, v in r["phases"].items()},
+            "rpc_embedding_forward": _timing(r["rpc_forward"], "rpc_embedding_forward"),
+            "allreduce_dense_grads": _timing(r["allreduce"], "allreduce_dense_grads"),
+        }
+    main = per_trainer[TRAINER_RANKS[0]]  # trainer 1 (DDP group rank 0) is reported
+    step = main["step"].median
+    for name, unit_kind in (("step", "time"), ("forward", "time"), ("backward", "time"),
+                            ("optimizer", "time"), ("local_step", "time"),
+                            ("rpc_embedding_forward", "latency"),
+                            ("allreduce_dense_grads", "latency")):
+        t = main[name]
+        ctx.metric(f"{name}_time" if unit_kind == "time" else name, t.median, "s",
+                   kind=unit_kind, better="lower", stats=t.stats())
+    ctx.metric("overhead_vs_local", step / main["local_step"].median, "x", kind="ratio",
+               better="lower")
+    rows = []
+    for name in ("forward", "backward", "optimizer", "step", "local_step",
+                 "rpc_embedding_forward", "allreduce_dense_grads"):
+        row: dict[str, Any] = {"phase": name}
+        for rank, ts in per_trainer.items():
+            row[f"trainer{rank}_ms"] = ts[name].median * 1e3
+            row[f"trainer{rank}_iqr_ms"] = ts[name].iqr * 1e3
+        row["share_of_step"] = main[name].median / step if name in (
+            "forward", "backward", "optimizer", "rpc_embedding_forward",
+            "allreduce_dense_grads") else None
+        rows.append(row)
+    ctx.table("step_breakdown", rows, show=True)
+    ctx.details.update(shape=asdict(BENCH_SHAPE), dense_grad_bytes=res[1]["dense_grad_bytes"],
+                       steps_per_round=spec.steps_per_round, rounds=spec.rounds,
+                       threads_per_process=spec.threads)
+    ctx.note("forward includes the embedding RPC; backward includes the DDP allreduce and the "
+             "RPC carrying the embedding gradient; optimizer includes the RPC to the parameter "
+             "server's optimizer. rpc_embedding_forward and allreduce_dense_grads are the bare "
+             "transfers, timed alone after the steps")

@@ -1,0 +1,118 @@
+"""Each DDP+RPC check, shown to fail when the feature is broken on purpose.
+
+The breaks run inside the launcher's workers (`setup=` hooks in `breaks.py`, a module kept
+light because every worker imports it). Each case passes unbroken in test_ddp_rpc.py; here
+the same case runs with one break and the checks that guard against it fail.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import replace
+
+import pytest
+
+from harness import launch
+from harness.runner import execute
+from suites.ddp_rpc import cases
+from suites.ddp_rpc.breaks import (
+    ddp_allreduce_disabled,
+    dist_backward_seed_doubled,
+    kill_ignored,
+    remote_output_detached,
+    survivors_swallow_errors,
+    victim_hangs,
+)
+
+pytestmark = pytest.mark.distributed
+
+
+def run(name: str, params: dict, setup=None) -> dict:
+    case = cases.suite.case(name)
+    if setup is not None:
+        case = replace(case, func=lambda ctx: cases.suite.case(name).func(ctx, setup=setup))
+    return execute(case, "cpu", params, "quick")
+
+
+def failed(entry: dict) -> set[str]:
+    return {c["name"] for c in entry["checks"] if not c["passed"]}
+
+
+def passed(entry: dict) -> set[str]:
+    return {c["name"] for c in entry["checks"] if c["passed"]}
+
+
+def test_reference_checks_fail_without_ddp_allreduce():
+    entry = run("matches_reference", {"ddp": "inside"}, ddp_allreduce_disabled)
+    assert entry["outcome"] == "fail", entry["reason"]
+    assert {"trainer replicas identical", "trainer 1 dense parameters match reference",
+            "trainer 2 dense parameters match reference", "trainer 1 losses match reference",
+            "trainer 2 losses match reference"} <= failed(entry), entry["reason"]
+
+
+def test_reference_embedding_check_fails_when_rpc_output_detached():
+    entry = run("matches_reference", {"ddp": "none"}, remote_output_detached)
+    assert entry["outcome"] == "fail", entry["reason"]
+    assert "embedding matches reference" in failed(entry), entry["reason"]
+
+
+def test_mirrored_zero_check_fails_without_ddp_allreduce():
+    entry = run("mirrored_pairs", {"ddp": "inside"}, ddp_allreduce_disabled)
+    assert "DDP gradients exactly zero" in failed(entry), entry["reason"]
+    # The embedding still gets gradients; they stop being opposites once the unsynchronised
+    # dense replicas differ (from the second step on).
+    assert "embedding gradients non-zero" in passed(entry)
+
+
+def test_mirrored_embedding_checks_fail_when_rpc_output_detached():
+    entry = run("mirrored_pairs", {"ddp": "outside"}, remote_output_detached)
+    assert failed(entry) == {"embedding gradients non-zero",
+                             "trainers' embedding gradients exact opposites"}, entry["reason"]
+
+
+def test_local_grad_checks_fail_when_rpc_output_detached():
+    entry = run("dist_grads_equal_local", {"ddp": "inside"}, remote_output_detached)
+    assert failed(entry) == {f"trainer {r} embedding gradients equal local autograd"
+                             for r in (1, 2)}, entry["reason"]
+
+
+def test_local_grad_checks_fail_when_dist_backward_is_wrong():
+    entry = run("dist_grads_equal_local", {"ddp": "inside"}, dist_backward_seed_doubled)
+    assert failed(entry) == {f"trainer {r} {part} gradients equal local autograd"
+                             for r in (1, 2) for part in ("dense", "embedding")}, entry["reason"]
+
+
+def test_fault_error_checks_fail_when_nobody_dies():
+    entry = run("faults", {"victim": "trainer"}, kill_ignored)
+    assert failed(entry) == {"error reports the dead rank killed",
+                             "survivors failed on their own"}, entry["reason"]
+
+
+def test_survivor_check_fails_when_errors_are_swallowed(monkeypatch):
+    monkeypatch.setattr(cases, "GRACE_S", 3.0)
+    entry = run("faults", {"victim": "trainer"}, survivors_swallow_errors)
+    assert failed(entry) == {"survivors failed on their own"}, entry["reason"]
+
+
+def test_no_hang_check_fails_when_the_victim_hangs(monkeypatch):
+    # Gloo's own timeout would otherwise end the survivors' wait before the launcher's.
+    monkeypatch.setattr(cases, "FAULT_PG_TIMEOUT_S", 600.0)
+    monkeypatch.setattr(cases, "FAULT_LAUNCH_TIMEOUT_S", 20.0)
+    entry = run("faults", {"victim": "trainer"}, victim_hangs)
+    assert {"no hang", "error reports the dead rank killed"} <= failed(entry), entry["reason"]
+
+
+def test_reaped_check_fails_when_the_launcher_does_not_reap(monkeypatch):
+    monkeypatch.setattr(cases, "GRACE_S", 3.0)
+    monkeypatch.setattr(launch, "_reap", lambda procs: None)
+    entry = run("faults", {"victim": "ps"}, survivors_swallow_errors)
+    try:
+        assert failed(entry) == {"every process reaped", "survivors failed on their own"}, \
+            entry["reason"]
+    finally:
+        for pid in entry["details"].get("pids", {}).values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

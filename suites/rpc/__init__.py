@@ -1,0 +1,1 @@
+"""TensorPipe RPC backend and RPC async user functions (1.6 beta): latency and conformance."""

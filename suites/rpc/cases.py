@@ -1,0 +1,438 @@
+"""TensorPipe RPC backend and RPC async user functions (1.6 beta): are they right, how fast?
+
+Conformance: tensors of many dtypes and layouts round-trip bit for bit; a remote exception
+reaches the caller with its type and message; timeouts fire on time; a worker killed mid-run
+gives a clear error and every process is reaped; `@rpc.functions.async_execution` runs the
+release notes' example, chains, nests and fans out, rejects a non-Future return with the
+documented error, and serves a batched update with fewer RPC threads than requests.
+
+Benchmarks: round-trip latency (p50/p90/p99) over a payload sweep for TensorPipe (builtin
+op, Python function, shm and uv transports forced), Gloo send/recv and a raw TCP socket
+floor measured in the same run, each as a ratio to the floor; rpc_async throughput with
+calls in flight; the suite's own sampling against a bare rpc_sync loop; and the batched
+update's throughput with and without async_execution.
+
+Modern torch has only the TensorPipe agent (the Gloo ProcessGroup agent went in 1.10/1.11),
+so "Gloo" here is a Gloo send/recv ping-pong of the same tensor: what the old agent did
+underneath, a lower bound for that transport, not a like-for-like RPC.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+from harness import launch
+from harness.cases import Context, Suite
+from suites.rpc import measure, paths, workers
+from suites.rpc.session import GroupSpec
+
+suite = Suite(
+    "rpc",
+    feature="TensorPipe RPC backend; RPC async user functions",
+    status="beta",
+    summary="values, errors, timeouts, async_execution; round trip vs Gloo and a TCP floor",
+)
+
+KiB, MiB = 2**10, 2**20
+SIZES = {
+    "quick": [4, 64 * KiB, 4 * MiB],
+    "full": [4, 64, KiB, 16 * KiB, 64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB],
+}
+HEADLINE_SIZES = (4, 64 * KiB, 4 * MiB)  # the closing table's columns
+BANDWIDTH_FROM = MiB  # bandwidth is reported for payloads of at least this size
+IN_FLIGHT = 8
+BARE_LOOP_TOLERANCE = 0.10  # the suite's TensorPipe p50 within 10% of a bare rpc_sync loop
+MAIN_PATHS = ["tp_builtin", "tp_python", "bare_loop", "gloo", "tcp"]
+PATH_LABELS = {
+    "tp_builtin": "TensorPipe rpc_sync, builtin torch.add",
+    "tp_python": "TensorPipe rpc_sync, Python echo",
+    "bare_loop": "bare rpc_sync loop (torch.add)",
+    "gloo": "Gloo send/recv ping-pong (transport lower bound)",
+    "tcp": "raw TCP socket ping-pong (floor)",
+    "tp_shm": "TensorPipe shm forced, Python echo",
+    "tp_uv": "TensorPipe uv forced, Python echo",
+}
+# Forcing a transport (private options, checked on torch 2.14.1): on the CPU the channel is
+# forced to "basic" too, so that payload bytes cross the forced transport rather than the
+# cma channel (process_vm_readv), which TensorPipe prefers between processes of one machine.
+FORCED = ("shm", "uv")
+LAUNCH_TIMEOUT = {"quick": 240.0, "full": 900.0}
+
+DEVICES = ("cpu", "cuda")
+SIZE_PARAMS = {"quick": [{"nbytes": 4}], "full": [{"nbytes": n} for n in SIZES["full"]]}
+
+
+def size_label(nbytes: int) -> str:
+    for unit, factor in (("MiB", MiB), ("KiB", KiB)):
+        if nbytes >= factor and nbytes % factor == 0:
+            return f"{nbytes // factor}{unit}"
+    return f"{nbytes}B"
+
+
+def _launch(fn: Callable, nprocs: int, args: tuple, setup: Callable[[], None] | None,
+            timeout_s: float = 120.0, **kw: Any) -> list[Any]:
+    return launch.launch(fn, nprocs, args, timeout_s=timeout_s, setup=setup,
+                         label="rpc worker", **kw)
+
+
+# --- workloads: the statements the benchmarks time (paths.py) --------------------------------
+
+for _build, _params, _devices in [
+    (paths.tensorpipe_builtin, SIZE_PARAMS, DEVICES),
+    (paths.tensorpipe_python, SIZE_PARAMS, DEVICES),
+    (paths.tensorpipe_async, {"quick": [{"nbytes": 4, "in_flight": IN_FLIGHT}],
+                              "full": [{"nbytes": n, "in_flight": IN_FLIGHT}
+                                       for n in HEADLINE_SIZES]}, DEVICES),
+    (paths.gloo_pingpong, SIZE_PARAMS, DEVICES),
+    (paths.tcp_pingpong, SIZE_PARAMS, DEVICES),
+    (paths.batched_update, {"quick": [{"mode": m, "requests": 8} for m in ("async", "blocking")],
+                            "full": [{"mode": m, "requests": r} for m in ("async", "blocking")
+                                     for r in (4, 8, 16)]}, ("cpu",)),
+]:
+    suite.workload(params=_params, devices=_devices, needs=("distributed",))(_build)
+
+
+# --- conformance ------------------------------------------------------------------------------
+
+
+@suite.conformance(devices=DEVICES, needs=("distributed",))
+def roundtrip(ctx: Context, setup: Callable[[], None] | None = None) -> None:
+    """Tensors of 11 dtypes and odd layouts round-trip bit for bit, through a Python function
+    and a builtin op."""
+    (res, _) = _launch(workers.roundtrip, 2, (GroupSpec(device=ctx.device),), setup)
+    for r in res:
+        ctx.check(f"{r['tensor']} via {r['via']}", not r["diff"], r["diff"])
+
+
+# The exception types whose class survives the trip (PyTorch's own tests raise ValueError);
+# any other type arrives as a RuntimeError whose message starts with the type's name.
+KEEP_TYPE = ("ValueError", "TypeError")
+
+
+@suite.conformance(devices=("cpu",), needs=("distributed",))
+def remote_exception(ctx: Context, setup: Callable[[], None] | None = None) -> None:
+    """A remote function's exception reaches the caller with its message, and with its type
+    for ValueError and TypeError (other types: the type's name, in a RuntimeError)."""
+    (res, _) = _launch(workers.remote_exception, 2, (GroupSpec(),), setup)
+    rows = []
+    for r in res:
+        where = f"{r['kind']} via {r['how']}"
+        raised, message = r["raised"], r.get("message", "")
+        first = message.splitlines()[0][:200] if message else "the call returned normally"
+        if r["kind"] in KEEP_TYPE:
+            ctx.check(f"{where}: same type", bool(raised) and r["same_type"],
+                      f"raised {raised}" if raised else first)
+            ctx.check(f"{where}: message", workers.REMOTE_MESSAGE in message, first)
+        else:
+            ctx.check(f"{where}: type name and message in the error",
+                      message.startswith(f"{r['kind']}:") and workers.REMOTE_MESSAGE in message,
+                      f"raised {raised}: {first}" if raised else first)
+        rows.append({"raised": r["kind"], "via": r["how"], "caller_got": raised,
+                     "same_type": r.get("same_type"),
+                     "message_kept": workers.REMOTE_MESSAGE in message})
+    ctx.table("remote_exception", rows, show=True)
+    lost = sorted({r["raised"] for r in rows if r["same_type"] is False})
+    if lost:
+        ctx.note(f"remote {', '.join(lost)} reach the caller as RuntimeError (type name and "
+                 "message kept in its text): torch's rpc internals rebuild the type, but the "
+                 "C++ future re-raises only some types as themselves")
+
+
+TIMEOUT_PER_CALL_S, TIMEOUT_DEFAULT_S, SLOW_CALL_S = 0.5, 1.0, 2.0
+# A timeout must fire no earlier than this before its time and no later than this after it;
+# TensorPipe's timeout thread wakes at the deadline, so the slack is for scheduling noise.
+TIMEOUT_EARLY_S, TIMEOUT_SLACK_S = 0.05, 0.5
+
+
+@suite.conformance(devices=("cpu",), needs=("distributed",))
+def rpc_timeout(ctx: Context, setup: Callable[[], None] | None = None) -> None:
+    """A slow remote call raises once its timeout (per call, or the agent's rpc_timeout)
+    has passed, within the stated slack; a call shorter than its timeout completes."""
+    spec = GroupSpec(rpc_timeout=TIMEOUT_DEFAULT_S)
+    (res, _) = _launch(workers.timeouts, 2, (spec, TIMEOUT_PER_CALL_S, SLOW_CALL_S), setup)
+    for name, limit in (("rpc_sync timeout=", TIMEOUT_PER_CALL_S),
+                        ("rpc_async timeout=", TIMEOUT_PER_CALL_S),
+                        ("default rpc_timeout=", TIMEOUT_DEFAULT_S)):
+        r = res[name]
+        on_time = limit - TIMEOUT_EARLY_S <= r["elapsed"] <= limit + TIMEOUT_SLACK_S
+        ctx.check(f"{name}{limit:g} s: raises within {TIMEOUT_SLACK_S:g} s of the timeout",
+                  r["raised"] == "RuntimeError" and on_time,
+                  f"after {r['elapsed']:.3f} s: " + (f"{r['raised']}: {r['message']}"
+                                                     if r["raised"] else "no error"))
+    short = res["short call"]
+    ctx.check("a 0.1 s call with timeout=2 s completes", short["raised"] is None,
+              f"after {short['elapsed']:.3f} s: {short['raised']}: {short['message']}"
+              if short["raised"] else f"after {short['elapsed']:.3f} s")
+    ctx.details["timeouts"] = res
+
+
+KILL_AFTER_S = 0.5
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@suite.conformance(devices=("cpu",), needs=("distributed",))
+def worker_killed(ctx: Context, setup: Callable[[], None] | None = None) -> None:
+    """A worker killed mid-run (SIGKILL): its caller gets an error at once instead of
+    hanging, the launcher reports it in one line, and every process is reaped."""
+    pid_dir = tempfile.mkdtemp(prefix="release-bench-rpc-")
+    try:
+        error: launch.LaunchError | None = None
+        try:
+            _launch(workers.killed_peer, 2, (GroupSpec(), pid_dir, KILL_AFTER_S), setup,
+                    timeout_s=60.0, grace_s=5.0)
+        except launch.LaunchError as e:
+            error = e
+        pids = [int(p.read_text()) for p in sorted(Path(pid_dir).glob("rank*.pid"))]
+    finally:
+        shutil.rmtree(pid_dir, ignore_errors=True)
+    failures = {f.rank: f for f in error.failures} if error else {}
+    caller = failures.get(0)
+    ctx.check("the caller's RPC raises when its peer dies (no hang)",
+              caller is not None and caller.kind == "exception"
+              and "PeerLost" in caller.message,
+              caller.message if caller else "the launch ended without an error")
+    after = re.search(r"failed ([0-9.]+) s after", caller.message) if caller else None
+    if after:
+        ctx.metric("error_after_kill", float(after.group(1)), "s", kind="latency",
+                   better="lower")
+    alive = [p for p in pids if _alive(p)]
+    ctx.check("every worker process is reaped", len(pids) == 2 and not alive,
+              f"{len(pids)} workers started; still running: {alive}")
+    if error is not None:
+        ctx.note(f"launcher reported: {error}")
+        ctx.details["failures"] = [
+            {k: v for k, v in f.items() if k != "log_tail"} for f in error.failures_json()]
+    ctx.details["pids"] = pids
+
+
+@suite.conformance(devices=("cpu",), needs=("distributed",))
+def async_execution(ctx: Context, setup: Callable[[], None] | None = None) -> None:
+    """@rpc.functions.async_execution: the release notes' example returns tensor([3., 3.]);
+    chained, nested and fan-out forms work; a non-Future return raises the documented error."""
+    (res, _, _) = _launch(workers.async_functions, 3, (GroupSpec(),), setup)
+    one = torch.ones(2)
+    expected = {
+        "example rpc_sync": torch.tensor([3.0, 3.0]),
+        "example rpc_async": torch.tensor([3.0, 3.0]),
+        "example rpc.remote": torch.tensor([3.0, 3.0]),
+        "chain": one + 5,  # torch.add(x, 0), then five callbacks each adding 1
+        "nested": one + 3,  # worker0 adds 1, worker2's callback 1, worker1's callback 1
+        "fan-out": 2 * (one + 2),  # torch.add(x, 2) on two workers, summed
+    }
+    names = {
+        "example rpc_sync": "release notes example: rpc_sync returns tensor([3., 3.])",
+        "example rpc_async": "release notes example via rpc_async",
+        "example rpc.remote": "release notes example via rpc.remote(...).to_here()",
+        "chain": "chained: five then() callbacks",
+        "nested": "nested: an async function awaiting another",
+        "fan-out": "fan-out: collect_all over two workers",
+    }
+    for key, want in expected.items():
+        got = res[key]
+        ok = isinstance(got["value"], torch.Tensor) and torch.equal(got["value"], want)
+        ctx.check(names[key], ok, got["error"] or f"returned {got['value']}, expected {want}")
+    wrong = res["wrong return"]
+    ctx.check(f"a non-Future return raises RuntimeError '...{workers.ASYNC_WRONG_RETURN}...'",
+              bool(wrong["error"]) and wrong["error"].startswith("RuntimeError")
+              and workers.ASYNC_WRONG_RETURN in wrong["error"],
+              wrong["error"] or f"returned {wrong['value']}")
+
+
+BATCH_REQUESTS, BATCH_THREADS, BATCH_TIMEOUT_S = 8, 2, 5.0
+
+
+@suite.conformance(devices=("cpu",), needs=("distributed",))
+def async_batch_no_deadlock(ctx: Context, setup: Callable[[], None] | None = None) -> None:
+    """The tutorial's batched update with async_execution serves 8 concurrent requests on a
+    server with 2 RPC threads, without deadlock, and each gets the batch's new weights."""
+    args = (GroupSpec(), BATCH_THREADS, BATCH_REQUESTS, paths.BATCH_NUMEL, BATCH_TIMEOUT_S)
+    (res, _) = _launch(workers.batch_no_deadlock, 2, args, setup)
+    errors = [o["error"] for o in res["outcomes"] if o["error"]]
+    ctx.check(f"{BATCH_REQUESTS} concurrent requests served by {res['server_threads']} RPC "
+              "threads", not errors,
+              f"{len(errors)} of {BATCH_REQUESTS} failed: {errors[0]}" if errors
+              else f"all served in {res['elapsed'] * 1e3:.1f} ms")
+    good = [o["value"] is not None and torch.equal(o["value"], res["expected"])
+            for o in res["outcomes"]]
+    ctx.check("every request gets the batch's updated weights", all(good),
+              f"{good.count(False)} of {len(good)} wrong or missing")
+    ctx.metric("batch_latency", res["elapsed"], "s", kind="latency", better="lower")
+    ctx.details["server_threads"] = res["server_threads"]
+
+
+# --- benchmarks -------------------------------------------------------------------------------
+
+
+def _forced_spec(device: str, transport: str) -> GroupSpec:
+    cpu = torch.device(device).type == "cpu"
+    return GroupSpec(device=device, gloo=False, transports=(transport,),
+                     channels=("basic",) if cpu else None)
+
+
+@suite.benchmark(devices=DEVICES, needs=("distributed",))
+def round_trip(ctx: Context, setup: Callable[[], None] | None = None) -> None:
+    """Round-trip p50/p90/p99 over a payload sweep: TensorPipe (builtin, Python, shm, uv),
+    Gloo send/recv and the TCP floor, each over the floor; rpc_async in flight; bare loop."""
+    sizes, plan = SIZES[ctx.profile], measure.PLANS[ctx.profile]
+    timeout = LAUNCH_TIMEOUT[ctx.profile]
+    main_spec = GroupSpec(device=ctx.device, gloo=True)
+    (main, _) = _launch(workers.round_trip, 2, (main_spec, MAIN_PATHS, sizes, plan, IN_FLIGHT,
+                                                 ctx.min_run_time), setup, timeout)
+    # One process cannot offer one peer shm and another uv (a mixed group fails with
+    # "unsupported transport"), so each forced transport gets its own launch with its own
+    # floor, and the two are compared through their ratios to those floors.
+    forced = {}
+    for t in FORCED:
+        (forced[t], _) = _launch(workers.round_trip, 2, (_forced_spec(ctx.device, t),
+                                                          ["tp_python", "tcp"], sizes, plan,
+                                                          IN_FLIGHT, 0.0), setup, timeout)
+    # (path key, launch result, key in that result, key of that launch's floor)
+    series = [(p, main, p, "tcp") for p in MAIN_PATHS]
+    for t in FORCED:
+        series += [(f"tp_{t}", forced[t], "tp_python", "tcp"), (f"tcp@{t}", forced[t], "tcp",
+                                                                  "tcp")]
+    rows, p50 = [], {}
+    for nbytes in sizes:
+        label = size_label(nbytes)
+        for key, res, inner, floor_key in series:
+            st = res["sizes"][nbytes][inner]
+            floor = res["sizes"][nbytes][floor_key]["p50"]
+            p50[key, nbytes] = st["p50"]
+            is_floor = inner == floor_key
+            for q in ("p50", "p90", "p99"):
+                ctx.metric(f"{q}[{key},{label}]", st[q], "s", kind="latency", better="lower",
+                           stats=st if q == "p50" else None)
+            if not is_floor:
+                ctx.metric(f"over_floor[{key},{label}]", st["p50"] / floor, "x", kind="ratio",
+                           better="lower")
+            bandwidth = 2 * nbytes / st["p50"]  # bytes crossing per second, both ways
+            if nbytes >= BANDWIDTH_FROM:
+                ctx.metric(f"bandwidth[{key},{label}]", bandwidth, "B/s", kind="throughput",
+                           better="higher")
+            rows.append({"size": label, "path": key, "p50_us": st["p50"] * 1e6,
+                         "p90_us": st["p90"] * 1e6, "p99_us": st["p99"] * 1e6,
+                         "x_floor": None if is_floor else st["p50"] / floor,
+                         "MiB_s": bandwidth / MiB if nbytes >= BANDWIDTH_FROM else None,
+                         "pass1_us": st["pass_p50"][0] * 1e6, "pass2_us": st["pass_p50"][1] * 1e6,
+                         "spread_pct": st["pass_spread"] * 100})
+    _bare_loop(ctx, main, sizes)
+    _in_flight(ctx, main, sizes)
+    for nbytes in sizes:
+        uv = p50["tp_uv", nbytes] / p50["tcp@uv", nbytes]
+        shm = p50["tp_shm", nbytes] / p50["tcp@shm", nbytes]
+        ctx.metric(f"uv_over_shm[{size_label(nbytes)}]", uv / shm, "x", kind="ratio")
+    ctx.table("round_trip", rows, show=True)
+    ctx.table("p50_us_and_over_floor", _closing_rows(p50, sizes), show=True)
+    spreads = [r["spread_pct"] for r in rows]
+    ctx.note(f"stability: each figure is measured in two interleaved passes; their p50s differ "
+             f"by a median {sorted(spreads)[len(spreads) // 2]:.1f}% (largest "
+             f"{max(spreads):.1f}%)")
+    ctx.note("tp_builtin includes one torch.add on the peer (memory-bound at large payloads); "
+             "tp_python and the forced-transport paths return the argument untouched")
+    ctx.note("'gloo' is a Gloo send/recv ping-pong of the same tensor, the transport the old "
+             "ProcessGroup agent used: a lower bound, not a like-for-like RPC")
+    ctx.note(f"transports forced with the private _transports=[t] (and _channels=['basic'] on "
+             f"CPU) of TensorPipeRpcBackendOptions, checked on torch {torch.__version__}")
+    if torch.device(ctx.device).type == "cuda":
+        ctx.note("on CUDA the TensorPipe paths send device tensors; the Gloo and TCP paths "
+                 "move the same bytes in host memory")
+    ctx.details.update(plan=dataclasses.asdict(plan), sizes=sizes, in_flight=IN_FLIGHT,
+                       sockets={"default": main["sockets"],
+                                **{t: forced[t]["sockets"] for t in FORCED}})
+    headline = {f"p50[{k},4B]" for k in ("tp_builtin", "gloo", "tcp")} | {
+        "suite_over_bare_loop[4B]"}
+    ctx.metrics.sort(key=lambda m: m.name not in headline)  # stable: headline figures first
+
+
+def _bare_loop(ctx: Context, main: dict, sizes: list[int]) -> None:
+    rows = []
+    for nbytes in sizes:
+        label = size_label(nbytes)
+        suite_p50 = main["sizes"][nbytes]["tp_builtin"]["p50"]
+        bare_p50 = main["sizes"][nbytes]["bare_loop"]["p50"]
+        ratio = suite_p50 / bare_p50
+        ctx.metric(f"suite_over_bare_loop[{label}]", ratio, "x", kind="ratio")
+        rows.append({"size": label, "suite_p50_us": suite_p50 * 1e6,
+                     "bare_loop_p50_us": bare_p50 * 1e6, "ratio": ratio,
+                     "within_10pct": abs(ratio - 1) <= BARE_LOOP_TOLERANCE})
+    met = all(r["within_10pct"] for r in rows)
+    ctx.note(f"target: suite TensorPipe p50 within {BARE_LOOP_TOLERANCE:.0%} of a bare "
+             f"rpc_sync loop at every size: {'met' if met else 'NOT met'} (ratios "
+             + ", ".join(f"{r['size']} {r['ratio']:.3f}" for r in rows) + ")")
+    ctx.table("bare_loop", rows, show=True)
+
+
+def _in_flight(ctx: Context, main: dict, sizes: list[int]) -> None:
+    rows = []
+    for nbytes in sizes:
+        got = main["sizes"][nbytes].get("in_flight")
+        if not got:
+            continue
+        label = size_label(nbytes)
+        rate = {k: IN_FLIGHT / v["median"] for k, v in got.items()}
+        for k, r in rate.items():
+            ctx.metric(f"calls_per_s[{k} x{IN_FLIGHT},{label}]", r, "calls/s",
+                       kind="throughput", better="higher", stats=got[k])
+        speedup = rate["rpc_async"] / rate["rpc_sync"]
+        ctx.metric(f"async_speedup[{label}]", speedup, "x", kind="ratio", better="higher")
+        rows.append({"size": label, "rpc_sync_calls_s": rate["rpc_sync"],
+                     "rpc_async_calls_s": rate["rpc_async"], "in_flight": IN_FLIGHT,
+                     "speedup": speedup})
+    ctx.table("in_flight", rows, show=True)
+
+
+def _closing_rows(p50: dict, sizes: list[int]) -> list[dict[str, Any]]:
+    """p50 in us at the headline sizes for each path, and its ratio to its run's floor."""
+    floors = {"tp_shm": "tcp@shm", "tp_uv": "tcp@uv"}
+    shown = [n for n in HEADLINE_SIZES if n in sizes]
+    rows = []
+    for key in [*MAIN_PATHS, "tp_shm", "tp_uv"]:
+        row: dict[str, Any] = {"path": PATH_LABELS[key]}
+        for n in shown:
+            row[f"{size_label(n)}_us"] = p50[key, n] * 1e6
+        for n in shown:
+            floor = p50[floors.get(key, "tcp"), n]
+            row[f"x_floor@{size_label(n)}"] = p50[key, n] / floor
+        rows.append(row)
+    return rows
+
+
+BATCH_BENCH = {"quick": [{"requests": 8}], "full": [{"requests": r} for r in (4, 8, 16)]}
+
+
+@suite.benchmark(params=BATCH_BENCH, devices=("cpu",), needs=("distributed",))
+def batched_update(ctx: Context, setup: Callable[[], None] | None = None) -> None:
+    """Batched-update throughput with async_execution against the same workload without it
+    (a handler that waits on its RPC thread), interleaved; and async with 2 threads."""
+    n = ctx.params["requests"]
+    # worker1 has enough threads for the blocking handler (one per pending request);
+    # worker2 has fewer threads than requests, which only async_execution can serve.
+    threads = {1: n + 2, 2: BATCH_THREADS}
+    (res, _, _) = _launch(workers.batched_update, 3, (GroupSpec(), n, threads,
+                                                      ctx.min_run_time), setup)
+    rate = {}
+    for name, st in res.items():
+        rate[name] = n / st["median"]
+        ctx.metric(f"updates_per_s[{name}]", rate[name], "updates/s", kind="throughput",
+                   better="higher", stats=st)
+    ctx.metric("async_over_blocking", rate["async_execution"] / rate["blocking"], "x",
+               kind="ratio", better="higher")
+    ctx.table("batched_update", [
+        {"variant": name, "server_threads": threads[2 if "few" in name else 1],
+         "requests": n, "batch_ms": res[name]["median"] * 1e3, "updates_s": r}
+        for name, r in rate.items()], show=True)

@@ -1,0 +1,102 @@
+"""Per-call latency samples, interleaved across paths, and their percentiles.
+
+Percentiles need one time per call, which torch.utils.benchmark does not keep (it times
+blocks of calls), so the latency sweep records `perf_counter` around each call here; the
+percentiles themselves are numpy's. Throughput figures (calls per second) time whole
+statements with harness.timing like every other suite.
+
+Paths are sampled side by side in short blocks, in a new random order each round, so that a
+noisy neighbour slows all of them alike and no path always follows the same other path (what
+ran just before changes a block's latency here: TensorPipe calls right after a block of Gloo
+ping-pongs are some 15% slower for the whole block). The whole measurement runs twice (two
+passes) so that a figure's stability can be read off as the spread between the passes'
+medians.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+# A sampler takes a number of calls and returns the seconds each call took.
+Sampler = Callable[[int], list[float]]
+
+
+@dataclass(frozen=True)
+class Plan:
+    seconds: float  # per path and pass
+    min_samples: int  # per path and pass
+    max_samples: int
+    rounds: int  # per pass; a round is one block of calls of each path
+    passes: int = 2
+    warmup_s: float = 0.05
+
+
+PLANS = {
+    "quick": Plan(seconds=0.25, min_samples=60, max_samples=2000, rounds=16),
+    "full": Plan(seconds=1.0, min_samples=20, max_samples=20000, rounds=24, warmup_s=0.2),
+}
+
+
+def per_call(fn: Callable[[], object]) -> Sampler:
+    """The suite's sampler: time each call of a statement."""
+
+    def sample(n: int) -> list[float]:
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+        return out
+
+    return sample
+
+
+def _warm(sampler: Sampler, seconds: float) -> float:
+    """Call until `seconds` have passed (at least 5 calls); the median call time."""
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < 5 or time.perf_counter() - start < seconds:
+        times += sampler(1)
+    return float(np.median(times))
+
+
+def sample_interleaved(samplers: Mapping[str, Sampler], plan: Plan) -> list[dict[str, np.ndarray]]:
+    """Per-call seconds of each path, one dict per pass; each round samples every path once,
+    in a random (seeded) order."""
+    names = list(samplers)
+    rng = np.random.default_rng(0)
+    wanted = {}
+    for name, sampler in samplers.items():
+        estimate = _warm(sampler, plan.warmup_s)
+        wanted[name] = int(np.clip(plan.seconds / max(estimate, 1e-9), plan.min_samples,
+                                   plan.max_samples))
+    # Fewer rounds when some path wants fewer calls than there are rounds (large payloads),
+    # so that one call per round does not multiply its count.
+    rounds = max(1, min(plan.rounds, *wanted.values()))
+    per_round = {name: -(-n // rounds) for name, n in wanted.items()}
+    passes = []
+    for _ in range(plan.passes):
+        got: dict[str, list[float]] = {name: [] for name in names}
+        for _ in range(rounds):
+            for i in rng.permutation(len(names)):
+                got[names[i]] += samplers[names[i]](per_round[names[i]])
+        passes.append({name: np.asarray(v) for name, v in got.items()})
+    return passes
+
+
+def summarize(passes: list[np.ndarray]) -> dict[str, float | int | list[float]]:
+    """Percentiles of all passes together, and each pass's median (seconds)."""
+    samples = np.concatenate(passes)
+    p25, p50, p75, p90, p99 = np.percentile(samples, [25, 50, 75, 90, 99])
+    pass_p50 = [float(np.median(p)) for p in passes]
+    return {
+        "p50": float(p50), "p90": float(p90), "p99": float(p99), "iqr": float(p75 - p25),
+        "mean": float(samples.mean()), "min": float(samples.min()), "n": int(samples.size),
+        "pass_p50": pass_p50,
+        # how far apart the two passes' medians are, as a share of the smaller one
+        "pass_spread": float(max(pass_p50) / min(pass_p50) - 1.0),
+    }

@@ -1,0 +1,308 @@
+"""Joining an RPC group, and a session: this process as `worker0` calling a peer `worker1`.
+
+Every worker of every case joins through `joined()`, which owns init and shutdown. The timed
+statements (the workloads in cases.py) run in a `Session`: inside a launched benchmark worker
+it is opened by the case (`client()`); in a process that only wants to time them (asv,
+pytest-benchmark) `current()` starts a peer through the harness launcher and joins it from
+this process (`LocalPeer`), closed by `close_local()` or at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import psutil
+import torch
+import torch.distributed as dist
+from torch.distributed import rpc
+
+from harness import launch
+from harness.timing import synchronize
+from suites.rpc import remote
+
+CLIENT, PEER = "worker0", "worker1"
+
+
+def worker_name(rank: int) -> str:
+    return f"worker{rank}"
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """How a worker joins: the rendezvous port and the agent's options."""
+
+    port: int = 0  # 0: the launcher's MASTER_PORT
+    device: str = "cpu"
+    # TensorPipe's private options (checked on torch 2.14.1): None keeps TensorPipe's choice.
+    transports: tuple[str, ...] | None = None
+    channels: tuple[str, ...] | None = None
+    num_worker_threads: int = rpc.constants.DEFAULT_NUM_WORKER_THREADS
+    rpc_timeout: float = rpc.constants.DEFAULT_RPC_TIMEOUT_SEC
+    gloo: bool = False  # also join a Gloo process group (for the Gloo ping-pong path)
+
+    def rendezvous_port(self) -> int:
+        return self.port or int(os.environ["MASTER_PORT"])
+
+
+@dataclass
+class Membership:
+    """What `joined` yields; `abandon()` makes leaving skip the graceful shutdown."""
+
+    rank: int
+    world: int
+    leave: str = "graceful"  # "graceful" | "now" | "skip"
+
+    def abandon(self, skip_shutdown: bool = False) -> None:
+        """Leave without waiting for the other workers.
+
+        `skip_shutdown` leaves without calling rpc.shutdown at all: for a worker whose RPC
+        threads are stuck (a deadlock the case detected), where even a non-graceful shutdown
+        waits for them forever. The launcher then ends the process (os._exit).
+        """
+        self.leave = "skip" if skip_shutdown else "now"
+
+
+@contextlib.contextmanager
+def joined(rank: int, world: int, spec: GroupSpec) -> Iterator[Membership]:
+    """Be `worker{rank}` of a `world`-worker RPC group (and Gloo group) inside the block.
+
+    Leaving normally is a graceful shutdown, which waits until every worker has left, so a
+    worker that only serves can simply leave at once and keep serving until the others are
+    done. Leaving by an exception shuts down at once (graceful=False): a graceful shutdown
+    would wait for peers that may be dead.
+    """
+    url = f"tcp://{launch.LOOPBACK}:{spec.rendezvous_port()}"
+    if spec.gloo:
+        dist.init_process_group("gloo", init_method=url, rank=rank, world_size=world)
+    opts = rpc.TensorPipeRpcBackendOptions(
+        init_method=url,
+        num_worker_threads=spec.num_worker_threads,
+        rpc_timeout=spec.rpc_timeout,
+        _transports=list(spec.transports) if spec.transports else None,
+        _channels=list(spec.channels) if spec.channels else None,
+    )
+    if torch.device(spec.device).type == "cuda":
+        # Both processes use GPU 0; tensors arrive on the device they were sent from.
+        for other in range(world):
+            if other != rank:
+                opts.set_device_map(worker_name(other), {0: 0})
+    member = Membership(rank, world)
+    try:
+        rpc.init_rpc(worker_name(rank), rank=rank, world_size=world, rpc_backend_options=opts)
+        try:
+            yield member
+        except BaseException:
+            rpc.shutdown(graceful=False)
+            raise
+        if member.leave == "graceful":
+            rpc.shutdown()
+        elif member.leave == "now":
+            rpc.shutdown(graceful=False)
+    finally:
+        if spec.gloo and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+# --- client-side paths (the statements the benchmarks time) --------------------------------
+
+
+class GlooPingPong:
+    """Send a tensor to the peer with Gloo and receive it back (the peer echoes)."""
+
+    def __init__(self, x: torch.Tensor, peer_rank: int = 1):
+        self.x, self.y, self.peer_rank = x, torch.empty_like(x), peer_rank
+        rpc.rpc_sync(worker_name(peer_rank), remote.start_gloo_echo,
+                     args=(x.numel(), dist.get_rank()))
+        self.open = True
+
+    def __call__(self) -> torch.Tensor:
+        dist.send(self.x, dst=self.peer_rank)
+        dist.recv(self.y, src=self.peer_rank)
+        return self.y
+
+    def close(self) -> None:
+        if self.open:
+            self.open = False
+            peer = worker_name(self.peer_rank)
+            rpc.rpc_sync(peer, remote.stop_gloo_echo)
+            dist.send(self.x, dst=self.peer_rank)  # wakes the loop, which sees the flag
+            if not rpc.rpc_sync(peer, remote.join_gloo_echo, args=(30.0,)):
+                raise RuntimeError("the peer's Gloo echo did not stop")
+
+
+class TcpPingPong:
+    """Send the payload's bytes over a loopback TCP socket and read them back."""
+
+    def __init__(self, payload: bytes, peer: str = PEER):
+        self.payload, self.nbytes = payload, len(payload)
+        self.buf = memoryview(bytearray(self.nbytes))
+        port = rpc.rpc_sync(peer, remote.start_tcp_echo, args=(self.nbytes,))
+        self.sock = socket.create_connection((launch.LOOPBACK, port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def __call__(self) -> memoryview:
+        self.sock.sendall(self.payload)
+        got = 0
+        while got < self.nbytes:
+            n = self.sock.recv_into(self.buf[got:])
+            if n == 0:
+                raise ConnectionError("the TCP echo closed the connection")
+            got += n
+        return self.buf
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@dataclass
+class Session:
+    """This process as worker0 of a group whose worker1 serves; owns the open paths."""
+
+    device: str
+    closers: list[Callable[[], None]] = field(default_factory=list)
+    gloo: GlooPingPong | None = None
+
+    def payload(self, nbytes: int) -> torch.Tensor:
+        """A float32 tensor of `nbytes` bytes of random (non-zero) data on the device."""
+        if nbytes % 4 or nbytes < 4:
+            raise ValueError(f"payload must be a positive multiple of 4 bytes, not {nbytes}")
+        return torch.rand(nbytes // 4, device=self.device)
+
+    def synced(self, fn: Callable[[], object]) -> Callable[[], object]:
+        """`fn`, followed by a wait for the device when it is a GPU."""
+        if torch.device(self.device).type != "cuda":
+            return fn
+        device = self.device
+
+        def call() -> object:
+            out = fn()
+            synchronize(device)
+            return out
+
+        return call
+
+    def gloo_pingpong(self, x: torch.Tensor) -> GlooPingPong:
+        # The peer runs one Gloo echo at a time: a new path replaces the previous one.
+        if self.gloo is not None:
+            self.gloo.close()
+        self.gloo = GlooPingPong(x)
+        self.closers.append(self.gloo.close)
+        return self.gloo
+
+    def tcp_pingpong(self, payload: bytes) -> TcpPingPong:
+        path = TcpPingPong(payload)
+        self.closers.append(path.close)
+        return path
+
+    def release(self) -> None:
+        """Close every path opened so far (the peer's echo services end with them)."""
+        while self.closers:
+            self.closers.pop()()
+        self.gloo = None
+
+
+_current: Session | None = None
+
+
+@contextlib.contextmanager
+def client(device: str) -> Iterator[Session]:
+    """Make this process (already worker0 of a joined group) the current session."""
+    global _current
+    if _current is not None:
+        raise RuntimeError("a session is already open in this process")
+    _current = Session(device)
+    try:
+        yield _current
+        _current.release()
+    finally:
+        _current = None
+
+
+def current(device: str) -> Session:
+    """The open session for `device`; in a process with no RPC yet, a `LocalPeer` one."""
+    global _local
+    if _current is not None and _current.device == device:
+        return _current
+    if _local is not None:  # a local session for another device: device maps differ
+        close_local()
+    if _current is not None or rpc.api._is_current_rpc_agent_set():
+        raise RuntimeError(f"this process is in an RPC group without a {device} session")
+    _local = LocalPeer(device)
+    return _local.session
+
+
+# --- a peer for this process -----------------------------------------------------------------
+
+
+def serve_peer(_rank: int, _world: int, spec: GroupSpec, parent_pid: int) -> None:
+    """Launched worker: be worker1 of this process's group and serve until it leaves."""
+
+    def watch_parent() -> None:
+        # If the parent dies without leaving the group, a graceful shutdown would wait for
+        # it forever: end this process instead.
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(3)
+
+    threading.Thread(target=watch_parent, daemon=True).start()
+    with joined(1, 2, spec):
+        pass
+
+
+class LocalPeer:
+    """A peer process started through the launcher; this process joins as worker0."""
+
+    def __init__(self, device: str, timeout_s: float = 3600.0):
+        self.spec = GroupSpec(port=launch.free_port(), device=device, gloo=True)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._serve, args=(timeout_s,), daemon=True,
+                                       name="rpc-local-peer")
+        self.thread.start()
+        self.stack = contextlib.ExitStack()
+        try:
+            self.stack.enter_context(joined(0, 2, self.spec))
+            self.session = self.stack.enter_context(client(device))
+        except BaseException:
+            self.stack.close()
+            raise
+
+    def _serve(self, timeout_s: float) -> None:
+        try:
+            launch.launch(serve_peer, 1, (self.spec, os.getpid()), timeout_s=timeout_s,
+                          label="rpc peer")
+        except BaseException as e:  # kept for close(), which reports it
+            self.error = e
+
+    def close(self) -> None:
+        self.stack.close()
+        self.thread.join(60)
+        if self.error is not None:
+            raise self.error
+
+
+_local: LocalPeer | None = None
+
+
+def close_local() -> None:
+    """Leave the local peer's group, if one is open, and wait for the peer to end."""
+    global _local
+    peer, _local = _local, None
+    if peer is not None:
+        peer.close()
+
+
+atexit.register(close_local)
+
+
+def transports_seen() -> dict[str, int]:
+    """How many TCP and Unix-domain sockets this process holds: evidence of the transport
+    (uv talks over TCP only; shm also opens Unix-domain sockets)."""
+    me = psutil.Process()
+    return {kind: len(me.net_connections(kind)) for kind in ("tcp", "unix")}

@@ -1,0 +1,176 @@
+"""Each RPC check, shown to fail when the feature is broken on purpose.
+
+The breaks are `setup` hooks that the launcher runs in every worker before the case's worker
+function (and, for async_execution, before the decorated functions are defined: see
+remote_async.py). The same cases pass unbroken in test_rpc.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch.distributed import rpc
+
+from harness import launch
+from harness.cases import Context
+from suites.rpc import cases
+
+pytestmark = pytest.mark.distributed
+
+
+def lossy_transport() -> None:
+    """Every tensor RPC carries, through the Python pickler or a builtin op's arguments,
+    arrives as a different tensor (one element longer, zeros)."""
+    from torch.distributed.rpc import api, internal
+
+    def wrong(t: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(t.numel() + 1, dtype=t.dtype, device=t.device)
+
+    pickler = internal._internal_rpc_pickler
+    reduce = pickler._dispatch_table[torch.Tensor]
+    pickler._dispatch_table[torch.Tensor] = lambda t: reduce(wrong(t))
+    builtin = api._invoke_rpc_builtin
+
+    def invoke_builtin(dst, name, timeout, *args, **kwargs):
+        args = tuple(wrong(a) if isinstance(a, torch.Tensor) else a for a in args)
+        return builtin(dst, name, timeout, *args, **kwargs)
+
+    api._invoke_rpc_builtin = invoke_builtin
+
+
+def exceptions_lost() -> None:
+    """A remote function's exception comes back as a bare RuntimeError without its text."""
+    from torch.distributed.rpc import internal
+
+    run = internal._run_function
+
+    def run_function(python_udf):
+        result = run(python_udf)
+        if isinstance(result, internal.RemoteException):
+            return internal.RemoteException("remote call failed", RuntimeError)
+        return result
+
+    internal._run_function = run_function
+
+
+def _with_timeout(timeout: Callable[[float], float]) -> None:
+    """rpc_sync and rpc_async of the suite's functions run with `timeout(asked)` seconds
+    (-1: the default, 0: none); torch's own calls (init, shutdown) are left alone."""
+    from torch.distributed.rpc import api
+
+    invoke = api._invoke_rpc
+
+    def invoke_rpc(to, func, rpc_type, args=None, kwargs=None, rpc_timeout=-1.0):
+        if getattr(func, "__module__", "").startswith("suites."):
+            rpc_timeout = timeout(rpc_timeout)
+        return invoke(to, func, rpc_type, args, kwargs, rpc_timeout)
+
+    api._invoke_rpc = invoke_rpc
+
+
+def timeouts_ignored() -> None:
+    """Every rpc_sync/rpc_async runs with no timeout, whatever was asked."""
+    _with_timeout(lambda asked: 0.0)
+
+
+def timeouts_premature() -> None:
+    """Timeouts fire 100 times too early (and the default one after 10 ms)."""
+    _with_timeout(lambda asked: 0.01 if asked < 0 else asked / 100)
+
+
+def peer_death_hangs() -> None:
+    """An rpc_sync whose peer has died blocks forever instead of raising."""
+    sync = rpc.rpc_sync
+
+    @functools.wraps(sync)
+    def rpc_sync(*args, **kwargs):
+        try:
+            return sync(*args, **kwargs)
+        except Exception:
+            time.sleep(3600)
+            raise
+
+    rpc.rpc_sync = rpc_sync
+
+
+def async_execution_ignored() -> None:
+    """@rpc.functions.async_execution does nothing: the callee returns the Future itself."""
+    rpc.functions.async_execution = lambda fn: fn
+
+
+def async_execution_blocking() -> None:
+    """@rpc.functions.async_execution waits for the Future on the RPC thread (what a handler
+    without async_execution does)."""
+
+    def blocking(fn):
+        @functools.wraps(fn)
+        def wait(*args, **kwargs):
+            return fn(*args, **kwargs).wait()
+
+        return wait
+
+    rpc.functions.async_execution = blocking
+
+
+def _broken(case_name: str, setup) -> Context:
+    ctx = Context(device="cpu", profile="quick", params={})
+    getattr(cases, case_name)(ctx, setup=setup)
+    return ctx
+
+
+def _failed(ctx: Context) -> set[str]:
+    return {c.name for c in ctx.checks if not c.passed}
+
+
+def test_roundtrip_checks_fail_when_transport_is_lossy():
+    ctx = _broken("roundtrip", lossy_transport)
+    assert ctx.checks and _failed(ctx) == {c.name for c in ctx.checks}
+
+
+def test_remote_exception_checks_fail_when_exceptions_are_lost():
+    ctx = _broken("remote_exception", exceptions_lost)
+    assert ctx.checks and _failed(ctx) == {c.name for c in ctx.checks}
+
+
+def test_timeout_checks_fail_when_timeouts_are_ignored():
+    ctx = _broken("rpc_timeout", timeouts_ignored)
+    assert len(ctx.checks) == 4
+    assert _failed(ctx) == {c.name for c in ctx.checks if "raises within" in c.name}
+
+
+def test_timeout_checks_fail_when_timeouts_fire_early():
+    ctx = _broken("rpc_timeout", timeouts_premature)
+    assert ctx.checks and _failed(ctx) == {c.name for c in ctx.checks}
+
+
+def test_peer_death_check_fails_when_rpc_hangs():
+    ctx = _broken("worker_killed", peer_death_hangs)
+    assert _failed(ctx) == {"the caller's RPC raises when its peer dies (no hang)"}
+
+
+def test_reaping_check_fails_when_the_launcher_does_not_reap(monkeypatch):
+    monkeypatch.setattr(launch, "_reap", lambda procs: None)
+    ctx = _broken("worker_killed", peer_death_hangs)
+    try:
+        assert "every worker process is reaped" in _failed(ctx)
+    finally:  # the hung worker this test left running
+        for pid in ctx.details["pids"]:
+            if cases._alive(pid):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+
+
+def test_async_checks_fail_when_async_execution_is_ignored():
+    ctx = _broken("async_execution", async_execution_ignored)
+    assert ctx.checks and _failed(ctx) == {c.name for c in ctx.checks}
+
+
+def test_batch_checks_fail_when_handlers_block_their_threads():
+    ctx = _broken("async_batch_no_deadlock", async_execution_blocking)
+    assert ctx.checks and _failed(ctx) == {c.name for c in ctx.checks}
