@@ -26,8 +26,8 @@ from harness import machine, records, registry, runner
 from harness.cases import Params
 from harness.timing import synchronize
 
-__all__ = ["synchronize", "run_case", "metric_value", "skip_without", "register_machine",
-           "publish"]
+__all__ = ["synchronize", "run_case", "metric_value", "telemetry_value", "skip_without",
+           "register_machine", "publish"]
 
 
 class NotAvailable(NotImplementedError):
@@ -41,9 +41,16 @@ def skip_without(device: str) -> None:
 
 def run_case(suite: str, case: str, params: Params, device: str = "cpu",
              profile: str = "quick") -> dict[str, Any]:
-    """Run one benchmark case exactly as `release-bench run` would; return its entry."""
+    """Run one benchmark case exactly as `release-bench run` would (telemetry included);
+    return its entry."""
+    from harness.telemetry import Telemetry
+
     skip_without(device)
-    entry = runner.execute(registry.load(suite).case(case), device, params, profile)
+    tel = Telemetry()
+    try:
+        entry = runner.execute(registry.load(suite).case(case), device, params, profile, tel)
+    finally:
+        tel.close()
     if entry["outcome"] not in ("pass", "fail"):
         raise NotAvailable(f"{suite}/{case}: {entry['outcome']}: {entry['reason']}")
     return entry
@@ -54,6 +61,18 @@ def metric_value(entry: dict[str, Any], name: str) -> float:
         if m["name"] == name:
             return m["value"]
     raise KeyError(f"{entry['suite']}/{entry['case']} recorded no metric {name!r}")
+
+
+def telemetry_value(entry: dict[str, Any], key: str, gpu: int = 0) -> float:
+    """A figure of the case's telemetry summary for asv's track_* benchmarks: a key of the
+    first GPU's summary (energy_per_iteration_j, power_w_mean, ...), else of the host's."""
+    tel = entry.get("telemetry") or {}
+    gpus = tel.get("gpus") or []
+    value = gpus[gpu].get(key) if len(gpus) > gpu else (tel.get("host") or {}).get(key)
+    if value is None:
+        reasons = "; ".join(f"{k}: {v}" for k, v in (tel.get("unavailable") or {}).items())
+        raise NotAvailable(f"telemetry has no {key} here ({reasons or 'not recorded'})")
+    return value
 
 
 def register_machine(results_dir: str | Path = "results/asv") -> str:

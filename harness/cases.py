@@ -10,7 +10,8 @@ A `Suite` holds three kinds of definitions:
   times. The benchmark cases, the pytest-benchmark adapter and the asv classes all time the
   callables these builders return, so they cannot drift apart.
 
-Parameters are lists of dicts per profile (`quick`, `full`); `grid()` builds products.
+Parameters are lists of dicts per profile (`quick`, `full`), optionally per device as well
+(`"quick:cuda"` takes precedence over `"quick"` on CUDA); `grid()` builds products.
 """
 
 from __future__ import annotations
@@ -165,9 +166,10 @@ class Case:
     devices: tuple[str, ...]
     needs: tuple[str, ...]  # besides the device: "distributed", "torchvision", ...
     sampled: bool = True  # whether the runner samples telemetry around it
+    options: tuple[str, ...] = ()  # parameters it reads when given, beyond its sets' keys
 
-    def param_sets(self, profile: str) -> list[Params]:
-        return _param_sets(self.params, profile)
+    def param_sets(self, profile: str, device: str = "cpu") -> list[Params]:
+        return _param_sets(self.params, profile, device)
 
     @property
     def id(self) -> str:
@@ -186,13 +188,13 @@ class Workload:
     devices: tuple[str, ...]
     needs: tuple[str, ...]
 
-    def param_sets(self, profile: str) -> list[Params]:
-        return _param_sets(self.params, profile)
+    def param_sets(self, profile: str, device: str = "cpu") -> list[Params]:
+        return _param_sets(self.params, profile, device)
 
 
-def _param_sets(spec: ParamSpec, profile: str) -> list[Params]:
+def _param_sets(spec: ParamSpec, profile: str, device: str) -> list[Params]:
     if isinstance(spec, Mapping):
-        return [dict(p) for p in spec[profile]]
+        return [dict(p) for p in spec.get(f"{profile}:{device}", spec[profile])]
     return [dict(p) for p in spec] or [{}]
 
 
@@ -212,11 +214,11 @@ class Suite:
         self.workloads: list[Workload] = []
 
     def _case(self, kind: str, params: ParamSpec, devices: Sequence[str], needs: Sequence[str],
-              sampled: bool = True):
+              sampled: bool = True, options: Sequence[str] = ()):
         def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
             self.cases.append(
                 Case(self.name, func.__name__, kind, func, _first_line(func),
-                     params or [{}], tuple(devices), tuple(needs), sampled)
+                     params or [{}], tuple(devices), tuple(needs), sampled, tuple(options))
             )
             return func
 
@@ -228,10 +230,11 @@ class Suite:
         return self._case("conformance", params, devices, needs)
 
     def benchmark(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
-                  needs: Sequence[str] = (), sampled: bool = True):
+                  needs: Sequence[str] = (), sampled: bool = True, options: Sequence[str] = ()):
         """Decorator: register a benchmark case (named after the function). `sampled=False`
-        keeps the runner's telemetry off while it runs (for cases that sample themselves)."""
-        return self._case("benchmark", params, devices, needs, sampled)
+        keeps the runner's telemetry off while it runs (for cases that sample themselves);
+        `options` names parameters it reads when given (the CLI's --param may set them)."""
+        return self._case("benchmark", params, devices, needs, sampled, options)
 
     def workload(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                  needs: Sequence[str] = ()):

@@ -37,6 +37,18 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _param(text: str) -> tuple[str, object]:
+    import json
+
+    key, sep, raw = text.partition("=")
+    if not key or not sep:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(raw)
+    except json.JSONDecodeError:
+        return key, raw  # a bare word: a string
+
+
 def _threshold(text: str) -> tuple[str, float]:
     kind, _, tol = text.partition("=")
     try:
@@ -68,6 +80,10 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="do not sample the hardware while cases run")
     run.add_argument("--telemetry-interval", type=_positive_float, default=0.1, metavar="S",
                      help="seconds between telemetry samples (default: 0.1, i.e. 10 Hz)")
+    run.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                     type=_param,
+                     help="set a parameter of every case that has it, e.g. --param batch=256 "
+                          "--param tf32=true (values are JSON: numbers, true/false, strings)")
     run.add_argument("--dry-run", action="store_true",
                      help="print what would run (any device, present or not) and stop")
 
@@ -108,7 +124,7 @@ def _cmd_list(args) -> int:
         print(f"  {suite.summary}")
         for c in suite.cases:
             needs = ", ".join([f"devices: {'/'.join(c.devices)}", *c.needs])
-            sets = {p: len(c.param_sets(p)) for p in PROFILES}
+            sets = {p: len(c.param_sets(p, c.devices[0])) for p in PROFILES}
             print(f"  {c.kind:<11} {c.name:<34} [{needs}; param sets quick {sets['quick']}, "
                   f"full {sets['full']}]")
             if c.doc:
@@ -137,9 +153,14 @@ def _cmd_run(args) -> int:
         raise UsageError(f"unknown suite {unknown[0]!r} (suites: {', '.join(names)})")
     devices = _devices(args.device, args.dry_run)
     suites = [registry.load(n) for n in (args.suite or names)]
-    planned = runner.plan(suites, args.profile, devices, args.case)
+    overrides = dict(args.param)
+    planned = runner.plan(suites, args.profile, devices, args.case, overrides)
     if not planned:
         raise UsageError("nothing to run: no case matches the given suite, case and device")
+    known = {k for p in planned for k in (*p.params, *p.case.options)}
+    if unknown_params := sorted(set(overrides) - known):
+        raise UsageError(f"no case to run takes parameter {unknown_params[0]!r} "
+                         f"(parameters: {', '.join(sorted(known)) or 'none'})")
     if args.dry_run:
         for p in planned:
             print(f"would run {p.label}")

@@ -46,7 +46,7 @@ def _cases(suite: Suite, kind: str) -> list:
         if case.kind != kind:
             continue
         for device in case.devices:
-            for p in case.param_sets(PROFILE):
+            for p in case.param_sets(PROFILE, device):
                 out.append(pytest.param(case, device, p, marks=_marks(device, case.needs),
                                         id=f"{case.name}-{device}-{param_id(p)}"))
     return out
@@ -86,7 +86,7 @@ def _workloads(suite: Suite) -> list:
     out = []
     for w in suite.workloads:
         for device in w.devices:
-            for p in w.param_sets(PROFILE):
+            for p in w.param_sets(PROFILE, device):
                 marks = [*_marks(device, w.needs),
                          pytest.mark.benchmark(group=f"{suite.name}/{w.name}", warmup=True,
                                                warmup_iterations=2, timer=timing.sync_clock,

@@ -118,60 +118,87 @@ def fig_fork_wait(entries: list[dict]) -> str:
 
 
 def fig_amp(entries: list[dict]) -> str:
-    """Bars of autocast speedup and memory ratio per model (and device/dtype)."""
+    """Bars of autocast speedup and peak-memory ratio against fp32, per model and mode."""
     rows = []
     for e in entries:
-        if e["kind"] != "benchmark":
+        if e["case"] != "train_step":
             continue
-        speed = _metric(e, "speedup")
-        mem = _metric(e, "memory_ratio")
-        if speed is None and mem is None:
-            continue
-        label = f"{e['case']}\n{e.get('device', '')} {param_id(e['params'])}"
-        rows.append((label, speed, mem))
+        speed = _metrics_matching(e, r"speedup\[(.+)\]")
+        mem = _metrics_matching(e, r"memory_ratio\[(.+)\]")
+        extra = ", ".join(f"{k}={v}" for k, v in e["params"].items() if k != "model")
+        for mode in speed:
+            rows.append((f"{e['params'].get('model')} {mode} [{e.get('device')}"
+                         f"{', ' + extra if extra else ''}]", speed[mode], mem.get(mode)))
     if not rows:
         return ""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 0.45 * len(rows) + 1.2), sharey=True)
-    labels = [r[0] for r in rows]
-    for ax, idx, title in ((axes[0], 1, "speedup autocast vs fp32 (x, higher is better)"),
-                           (axes[1], 2, "peak memory autocast / fp32 (lower is better)")):
+    fig, axes = plt.subplots(1, 2, figsize=(10, 0.35 * len(rows) + 1.4), sharey=True)
+    for ax, idx, title in ((axes[0], 1, "training-step speedup over fp32 (x, higher is better)"),
+                           (axes[1], 2, "peak memory / fp32 (x, lower is better)")):
         vals = [r[idx] if r[idx] is not None else 0 for r in rows]
         ax.barh(range(len(rows)), vals, color="#4c72b0" if idx == 1 else "#dd8452")
         ax.axvline(1.0, color="k", lw=.8)
         ax.set_title(title, fontsize=9)
         for i, v in enumerate(vals):
             ax.text(v, i, f" {v:.2f}", va="center", fontsize=7)
-    axes[0].set_yticks(range(len(rows)), labels, fontsize=7)
+    axes[0].set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=7)
     axes[0].invert_yaxis()
     return f"<div class=fig>{_svg(fig)}</div>"
 
 
+def _bytes(label: str) -> int:
+    """'4B', '64KiB', '4MiB' -> bytes."""
+    num, unit = re.fullmatch(r"(\d+)\s*(B|KiB|MiB|GiB)", label).groups()
+    return int(num) * {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[unit]
+
+
 def fig_rpc(entries: list[dict]) -> str:
     """Round-trip p50 against payload, log-log, one line per path, the TCP floor dashed."""
-    lines: dict[str, dict[int, float]] = defaultdict(dict)
+    figs = []
     for e in entries:
-        for m in e["metrics"]:
-            hit = re.fullmatch(r"p50\[(.+?),\s*(\d+)B\]", m["name"])
-            if hit and m["value"]:
-                lines[hit.group(1)][int(hit.group(2))] = m["value"]
-    if not lines:
+        rows = e.get("tables", {}).get("round_trip")
+        if not rows:
+            continue
+        lines: dict[str, dict[int, float]] = defaultdict(dict)
+        for r in rows:
+            lines[r["path"]][_bytes(r["size"])] = r["p50_us"]
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        for path, pts in sorted(lines.items()):
+            xs = sorted(pts)
+            floor = path.startswith("tcp")
+            ax.plot(xs, [pts[x] for x in xs], "k--" if path == "tcp" else
+                    (":" if floor else "o-"), ms=3, alpha=.5 if floor and path != "tcp" else 1,
+                    label=f"{path} (floor)" if floor else path)
+        ax.set(xscale="log", yscale="log", xlabel="payload (bytes)", ylabel="round trip p50 (us)",
+               title=f"RPC round trip against payload [{e.get('device')}]")
+        ax.grid(alpha=.3, which="both")
+        ax.legend(fontsize=7)
+        figs.append(f"<div class=fig>{_svg(fig)}</div>")
+    return "".join(figs)
+
+
+def fig_ddp_rpc(entries: list[dict]) -> str:
+    """The hybrid's result in one table: each variant's largest difference from the
+    single-process reference, and whether its checks held."""
+    rows = []
+    for e in entries:
+        if e["case"] != "matches_reference":
+            continue
+        rows.append({"variant (DDP)": e["params"].get("ddp", param_id(e["params"])),
+                     "device": e.get("device"),
+                     "max abs diff": _metric(e, "max_abs_diff"),
+                     "max rel diff": _metric(e, "max_rel_diff"),
+                     "steps": _metric(e, "steps"), "outcome": e["outcome"]})
+    if not rows:
         return ""
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for path, pts in sorted(lines.items()):
-        xs = sorted(pts)
-        style = "k--" if "floor" in path or "tcp" in path.lower() else "o-"
-        ax.plot(xs, [pts[x] * 1e6 for x in xs], style, label=path, ms=3)
-    ax.set(xscale="log", yscale="log", xlabel="payload (bytes)", ylabel="round trip p50 (us)",
-           title="RPC round trip against payload")
-    ax.grid(alpha=.3, which="both")
-    ax.legend(fontsize=7)
-    return f"<div class=fig>{_svg(fig)}</div>"
+    return "<p><b>Parameters after training against the single-process reference</b></p>" + \
+        _html_table(rows)
 
 
 SUITE_FIGURES: dict[str, Callable[[list[dict]], str]] = {
     "fork_wait": fig_fork_wait,
     "amp": fig_amp,
     "rpc": fig_rpc,
+    "ddp_rpc": fig_ddp_rpc,
 }
 
 

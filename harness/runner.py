@@ -41,9 +41,17 @@ class Planned:
 
 
 def plan(
-    suites: Iterable, profile: str, devices: Iterable[str], case_filter: str | None = None
+    suites: Iterable,
+    profile: str,
+    devices: Iterable[str],
+    case_filter: str | None = None,
+    overrides: Params | None = None,
 ) -> list[Planned]:
-    """Every (case, device, params) of the given suites that this run will execute."""
+    """Every (case, device, params) of the given suites that this run will execute.
+
+    `overrides` (the CLI's --param) set the parameters a case has in its sets or names in
+    its `options`; sets that become identical are run once.
+    """
     out = []
     for suite in suites:
         for case in suite.cases:
@@ -52,7 +60,13 @@ def plan(
             for device in devices:
                 if device not in case.devices:
                     continue
-                out.extend(Planned(case, device, p) for p in case.param_sets(profile))
+                seen = []
+                for p in case.param_sets(profile, device):
+                    p = p | {k: v for k, v in (overrides or {}).items()
+                             if k in p or k in case.options}
+                    if p not in seen:
+                        seen.append(p)
+                        out.append(Planned(case, device, p))
     return out
 
 

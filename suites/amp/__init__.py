@@ -1,0 +1,1 @@
+"""Automatic mixed precision (1.6 stable): casting rules, GradScaler, parity, speed and memory."""

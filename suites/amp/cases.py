@@ -1,0 +1,358 @@
+"""Automatic mixed precision (1.6 stable): is it right, how fast, how lean?
+
+Conformance:
+- `autocast_op_lists`: every entry of PyTorch's own autocast expectation lists
+  (`AutocastCPUTestLists` on CPU, `AutocastTestLists` on CUDA) gives the expected dtype and
+  equals, bitwise, a control run on inputs cast by hand, as PyTorch's tests assert.
+- `grad_scaler`: GradScaler skips inf/NaN steps, backs off, grows, refuses a second unscale_,
+  round-trips its state_dict, and passes through when disabled; parameters against an fp32
+  control.
+- `accuracy_parity`: a small model trained under autocast ends within a stated tolerance of
+  the fp32 run's loss.
+
+Benchmarks:
+- `train_step`: training-step time and peak memory, fp32 against autocast (CPU: bfloat16;
+  CUDA: float16 with GradScaler, and bfloat16), for ResNet-18/50 and a transformer encoder
+  layer; speedup and memory ratios from the same run.
+- `gemm_ladder`: square matmuls in each precision, in TFLOP/s.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections import Counter
+from typing import Any
+
+import torch
+
+from harness import launch, machine
+from harness.cases import Context, Skip, Suite, grid
+from suites.amp import gradscaler, memory, oplists, training
+from suites.amp.training import AMP_MODES, MODELS, CudaSettings, restored_backend_flags
+
+suite = Suite(
+    "amp",
+    feature="automatic mixed precision",
+    status="stable",
+    summary="autocast casting rules, GradScaler, fp32 parity; step time, memory, TFLOP/s",
+)
+
+# Accuracy parity tolerance: the autocast run's final loss may differ from the fp32 run's by
+# at most this fraction of the fp32 loss. bfloat16 keeps 8 significant bits (relative
+# rounding 2**-9 per op, float16 2**-12); over this run the rounding moves the trajectory by
+# well under 1% (0.03-0.08% on four seeds here with torch 2.14.1, up to 3% when trained on
+# until the loss nears the outputs' bfloat16 resolution). 5% passes that with room and still
+# fails a run whose precision is broken: rounding the layers' outputs to float8 ends 14-19x
+# above fp32.
+PARITY_TOLERANCE = 0.05
+# The fp32 control itself must learn, or agreeing with it says nothing.
+PARITY_MIN_LEARNING = 0.8  # at least this fraction of the initial loss removed
+
+GEMM_SIZES = {
+    ("cpu", "quick"): (256, 512, 1024),
+    ("cpu", "full"): (256, 512, 1024, 2048, 4096),
+    ("cuda", "quick"): (1024, 2048, 4096, 8192),
+    ("cuda", "full"): (512, 1024, 2048, 4096, 8192, 16384),
+}
+GEMM_DTYPES = {
+    "cpu": ("float32", "bfloat16", "autocast-bfloat16"),
+    "cuda": ("float32", "tf32", "float16", "bfloat16", "autocast-float16"),
+}
+# Dense datasheet peaks in TFLOP/s (shared/ANCHORS.md), drawn beside measured figures.
+DATASHEET_TFLOPS = {
+    "H200": {"float32": 67, "tf32": 495, "float16": 989, "bfloat16": 989},
+    "H100": {"float32": 67, "tf32": 495, "float16": 989, "bfloat16": 989},
+    "A100": {"float32": 19.5, "tf32": 156, "float16": 312, "bfloat16": 312},
+}
+LOW_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+# ---- workloads: the statements the benchmarks, pytest-benchmark and asv time ---------------
+
+@suite.workload(params={"quick": [{"model": "resnet18", "mode": m} for m in ("fp32", "bf16")],
+                        "full": grid(model=list(MODELS), mode=["fp32", "bf16", "fp16"])})
+def training_step(device: str, model: str, mode: str, batch: int | None = None,
+                  side: int | None = None, tf32: bool = False, channels_last: bool = False,
+                  cudnn_benchmark: bool = True) -> training.TrainStep:
+    """One training step (forward, loss, backward, SGD step) in one precision mode."""
+    default_batch, default_side = training.sizes(device, "quick", model)
+    settings = CudaSettings(tf32=tf32, cudnn_benchmark=cudnn_benchmark,
+                            channels_last=channels_last)
+    return training.TrainStep(model, device, mode, batch or default_batch,
+                              side or default_side, settings)
+
+
+@suite.workload(params={"quick": [{"n": 512, "dtype": d} for d in ("float32", "bfloat16")],
+                        "full": grid(n=[512, 1024, 2048], dtype=["float32", "bfloat16"])})
+def matmul(device: str, n: int, dtype: str):
+    """One n x n x n matmul: float32, tf32 (CUDA), float16, bfloat16, or autocast-<dtype>
+    (float32 inputs under autocast, casts included)."""
+    g = torch.Generator(device=device).manual_seed(0)
+    # entries of size ~n**-0.25 keep the products' magnitude near 1 at every n
+    a, b = (torch.randn(n, n, generator=g, device=device).div_(n**0.25) for _ in range(2))
+    on_cuda = training.device_type(device) == "cuda"
+    if dtype == "tf32" and not on_cuda:
+        raise ValueError("tf32 is a CUDA matmul mode")
+    if dtype in ("float32", "tf32"):
+        tf32 = dtype == "tf32"
+
+        def mm():
+            if on_cuda:
+                torch.backends.cuda.matmul.allow_tf32 = tf32
+            return torch.mm(a, b)
+
+        return mm
+    if dtype.startswith("autocast-"):
+        low = LOW_DTYPES[dtype.removeprefix("autocast-")]
+        kind = training.device_type(device)
+
+        def autocast_mm():
+            with torch.autocast(kind, dtype=low):
+                return torch.mm(a, b)
+
+        return autocast_mm
+    a16, b16 = a.to(LOW_DTYPES[dtype]), b.to(LOW_DTYPES[dtype])
+    return lambda: torch.mm(a16, b16)
+
+
+# ---- conformance ----------------------------------------------------------------------------
+
+@suite.conformance(params=[{"dtype": "bfloat16"}, {"dtype": "float16"}])
+def autocast_op_lists(ctx: Context, setup=None) -> None:
+    """Each op in PyTorch's autocast lists gives the expected dtype and equals its control.
+
+    The lists run in a worker process: importing them changes torch's global state (see
+    oplists). `setup` runs in the worker first (the tests use it to break autocast).
+    """
+    dtype = ctx.params["dtype"]
+    (res,) = launch.launch(oplists.run_lists, 1, (ctx.device, dtype), timeout_s=600,
+                           setup=setup, label="autocast lists worker")
+    if "unavailable" in res:
+        raise Skip(res["unavailable"])
+    seen: Counter[str] = Counter()
+    per_list: dict[str, Counter[str]] = {}
+    for row in res["rows"]:
+        label = f"{row['list']}/{row['op']}"
+        seen[label] += 1
+        if seen[label] > 1:  # the same op listed again with other arguments
+            label += f"#{seen[label]}"
+        row["check"] = label
+        per_list.setdefault(row["list"], Counter())[row["outcome"]] += 1
+        if row["outcome"] != "skip":
+            detail = row["detail"] or f"gave {row['got']}, equal to the control"
+            ctx.check(label, row["outcome"] == "pass", detail)
+    rows = [{"list": name, "entries": sum(c.values()), "checked": c["pass"] + c["fail"],
+             "passed": c["pass"], "failed": c["fail"], "not_run": c["skip"]}
+            for name, c in per_list.items()]
+    rows.append({"list": "all", **{k: sum(r[k] for r in rows) for k in
+                                   ("entries", "checked", "passed", "failed", "not_run")}})
+    ctx.table("per_list", rows, show=True)
+    ctx.table("per_op", [{k: r[k] for k in ("check", "expected", "got", "outcome", "detail")}
+                         for r in res["rows"]])
+    total = rows[-1]
+    ctx.metric("ops_checked", total["checked"], "ops", kind="count")
+    ctx.metric("ops_passed", total["passed"], "ops", kind="count", better="higher")
+    ctx.details.update(lists=res["class"], autocast_dtype=dtype)
+    for r in res["rows"]:
+        if r["outcome"] == "skip":
+            ctx.note(f"not run: {r['check']}: {r['detail']}")
+
+
+@suite.conformance()
+def grad_scaler(ctx: Context) -> None:
+    """GradScaler skips inf/NaN steps, backs off, grows and round-trips, as documented.
+
+    Also: a second unscale_ raises and enabled=False passes through; parameters are compared
+    with an fp32 control that has no scaler."""
+    for check in gradscaler.CHECKS:
+        check(ctx, ctx.device)
+
+
+@suite.conformance()
+def accuracy_parity(ctx: Context) -> None:
+    """A small model trained under autocast ends within PARITY_TOLERANCE of the fp32 loss."""
+    kind = training.device_type(ctx.device)
+    modes = ("fp32", *AMP_MODES[kind])
+    threads = torch.get_num_threads()
+    # One intra-op thread: this model is too small to gain from more, and on a busy host
+    # spinning worker threads slow it many-fold; its speed is not what this case measures.
+    torch.set_num_threads(1)
+    try:
+        with restored_backend_flags():
+            if kind == "cuda":
+                CudaSettings(tf32=False).apply()  # the control is strict FP32
+            runs = {m: training.train_parity(ctx.device, m) for m in modes}
+    finally:
+        torch.set_num_threads(threads)
+    ref = runs["fp32"]
+    learned = 1 - ref["final_loss"] / ref["initial_loss"]
+    ctx.check("fp32 control learns", learned >= PARITY_MIN_LEARNING,
+              f"loss {ref['initial_loss']:.4g} -> {ref['final_loss']:.4g} "
+              f"({learned:.1%} removed, need {PARITY_MIN_LEARNING:.0%})")
+    rows = []
+    for m in modes:
+        final = runs[m]["final_loss"]
+        rel = abs(final - ref["final_loss"]) / ref["final_loss"]
+        ctx.metric(f"final_loss[{m}]", final, "MSE", kind="error", better="lower")
+        rows.append({"mode": m, "initial_loss": runs[m]["initial_loss"], "final_loss": final,
+                     "difference_vs_fp32": rel})
+        if m != "fp32":
+            ctx.metric(f"loss_difference[{m}]", 100 * rel, "%", kind="error", better="lower")
+            ctx.check(f"{m} ends within {PARITY_TOLERANCE:.0%} of the fp32 loss",
+                      rel <= PARITY_TOLERANCE,
+                      f"fp32 {ref['final_loss']:.5g}, {m} {final:.5g}: {rel:.3%} apart")
+    ctx.table("parity", rows, show=True)
+    ctx.details["setup"] = {**training.PARITY, "optimizer": "Adam, full batch",
+                            "tolerance": PARITY_TOLERANCE}
+
+
+# ---- benchmarks -----------------------------------------------------------------------------
+
+def _cpu_flags_note(what: str, ratio: float) -> str:
+    flags = machine.fingerprint()["cpu"]["flags"]
+    shown = ", ".join(f"{f}={'yes' if flags.get(f) else 'no'}"
+                      for f in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f"))
+    amx = torch.cpu._is_amx_tile_supported() if hasattr(torch.cpu, "_is_amx_tile_supported") \
+        else "unknown"
+    return (f"{what}: bfloat16 runs {ratio:.2f}x the speed of fp32 on this CPU "
+            f"({machine.fingerprint()['cpu']['model']}; {shown}; AMX usable by torch: {amx}). "
+            f"oneDNN runs bfloat16 matmul/convolution on AMX tiles where present, on "
+            f"avx512_bf16 otherwise, and falls back to slower paths without either.")
+
+
+def _cpu_bf16_units() -> str:
+    """The CPU features that run bfloat16 arithmetic natively, as present here."""
+    flags = machine.fingerprint()["cpu"]["flags"]
+    return ",".join(f for f in ("amx_bf16", "amx_tile", "avx512_bf16") if flags.get(f)) or "none"
+
+
+def _cpu_details() -> dict[str, Any]:
+    return {"cpu_flags": machine.fingerprint()["cpu"]["flags"],
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "intra_op_threads": torch.get_num_threads()}
+
+
+@suite.benchmark(params={"quick": [{"model": m} for m in MODELS],
+                         # on CUDA the quick run also gives resnet50 against a TF32 baseline
+                         "quick:cuda": [{"model": "resnet18"}, {"model": "resnet50"},
+                                        {"model": "resnet50", "tf32": True},
+                                        {"model": "encoder"}],
+                         "full": grid(model=list(MODELS), channels_last=[False, True],
+                                      tf32=[False, True])},
+                 needs=("torchvision",),
+                 options=("batch", "side", "tf32", "channels_last", "cudnn_benchmark"))
+def train_step(ctx: Context) -> None:
+    """Training-step time and peak memory, fp32 against autocast, side by side."""
+    p, kind = ctx.params, training.device_type(ctx.device)
+    model = p["model"]
+    if model != "encoder" and importlib.util.find_spec("torchvision") is None:
+        raise Skip("torchvision is not installed")
+    settings = CudaSettings(tf32=p.get("tf32", False),
+                            cudnn_benchmark=p.get("cudnn_benchmark", True),
+                            channels_last=p.get("channels_last", False))
+    if kind == "cpu" and settings.tf32:
+        raise Skip("TF32 is a CUDA setting; the CPU runs of this grid are the tf32=False ones")
+    default_batch, default_side = training.sizes(ctx.device, ctx.profile, model)
+    batch, side = p.get("batch", default_batch), p.get("side", default_side)
+    modes = ("fp32", *AMP_MODES[kind])
+    with restored_backend_flags():
+        steps = {m: training.TrainStep(model, ctx.device, m, batch, side, settings)
+                 for m in modes}
+        scale_before = {m: s.scaler.get_scale() for m, s in steps.items() if s.scaler}
+        # three warm-up steps: oneDNN/cuDNN pick their kernels, GradScaler settles its scale
+        timed = ctx.measure_side_by_side({f"time[{m}]": s for m, s in steps.items()},
+                                         rounds=5, warmup=3)
+        t = {m: timed[f"time[{m}]"] for m in modes}
+        mem = {m: memory.step_memory(steps[m], ctx.device) for m in modes}
+    # the ratios are what the summary line shows
+    for m in modes[1:]:
+        ctx.metric(f"speedup[{m}]", t["fp32"].median / t[m].median, "x", kind="ratio",
+                   better="higher", headline=True)
+        ctx.metric(f"memory_ratio[{m}]", mem[m].peak / mem["fp32"].peak, "x", kind="ratio",
+                   better="lower", headline=True)
+    rows = []
+    for m in modes:
+        tm = t[m]
+        ctx.metric(f"throughput[{m}]", batch / tm.median, "samples/s", kind="throughput",
+                   better="higher")
+        ctx.metric(f"peak_bytes[{m}]", mem[m].peak, "B", kind="bytes", better="lower")
+        ctx.metric(f"transient_bytes[{m}]", mem[m].transient, "B", kind="bytes",
+                   better="lower")
+        row = {"mode": m, "step_ms": tm.median * 1e3, "iqr_ms": tm.iqr * 1e3,
+               "samples_per_s": batch / tm.median, "speedup": t["fp32"].median / tm.median,
+               "peak_MiB": mem[m].peak / 2**20, "transient_MiB": mem[m].transient / 2**20,
+               "memory_ratio": mem[m].peak / mem["fp32"].peak}
+        if kind == "cpu":
+            row["cpu_bf16_units"] = _cpu_bf16_units()
+        rows.append(row)
+    ctx.table("train_step", rows, show=True)
+    ctx.details.update(model=model, batch=batch, side=side, optimizer="SGD momentum 0.9",
+                       memory={m: mem[m].to_json() for m in modes},
+                       memory_method="CUDA: max_memory_allocated after reset_peak_memory_stats"
+                       if kind == "cuda" else "CPU: profiler allocation events in time order"
+                       " (suites/amp/memory.py)")
+    if kind == "cuda":
+        ctx.details["cuda_settings"] = settings.record()
+        ctx.note(f"speedups are against {settings.record()['baseline']} "
+                 f"(tf32={settings.tf32}, channels_last={settings.channels_last}, "
+                 f"cudnn.benchmark={settings.cudnn_benchmark}, batch {batch})")
+        for m, before in scale_before.items():
+            after = steps[m].scaler.get_scale()
+            ctx.details[f"grad_scale[{m}]"] = {"before": before, "after": after}
+            if after < before:  # each halving is a step whose optimizer work was skipped
+                ctx.note(f"{m}: GradScaler's scale fell from {before:g} to {after:g} over "
+                         f"warm-up and timing: at least {round(math.log2(before / after))} "
+                         f"steps skipped optimizer.step()")
+    else:
+        ctx.details.update(_cpu_details(), channels_last=settings.channels_last)
+        ctx.note(_cpu_flags_note(f"{model} training step", rows[1]["speedup"]))
+
+
+@suite.benchmark(params=[{}])
+def gemm_ladder(ctx: Context) -> None:
+    """Square matmuls in each precision, side by side per size, in TFLOP/s."""
+    kind = training.device_type(ctx.device)
+    dtypes = GEMM_DTYPES[kind]
+    gpu = torch.cuda.get_device_name(ctx.device) if kind == "cuda" else ""
+    peaks = next((v for k, v in DATASHEET_TFLOPS.items() if k in gpu), {})
+    sizes = GEMM_SIZES[(kind, ctx.profile)]
+    measured = {}
+    with restored_backend_flags():
+        for n in sizes:
+            fns = {f"time[{d},n={n}]": matmul(ctx.device, n, d) for d in dtypes}
+            timed = ctx.measure_side_by_side(fns, rounds=3, warmup=2)
+            measured[n] = {d: timed[f"time[{d},n={n}]"] for d in dtypes}
+    # the best each precision reached in this run: what the ladder climbs towards
+    peak = {d: max(2 * n**3 / measured[n][d].median / 1e12 for n in sizes) for d in dtypes}
+    rows = []
+    for n in sorted(sizes, reverse=True):  # the largest size first: the summary shows it
+        t = measured[n]
+        for d in dtypes:
+            sec = t[d].median
+            tflops = 2 * n**3 / sec / 1e12
+            ctx.metric(f"tflops[{d},n={n}]", tflops, "TFLOP/s", kind="throughput",
+                       better="higher", headline=n == max(sizes))
+            if d != "float32":
+                ctx.metric(f"speedup[{d},n={n}]", t["float32"].median / sec, "x", kind="ratio",
+                           better="higher")
+            row = {"n": n, "dtype": d, "ms": sec * 1e3, "tflops": tflops,
+                   "vs_float32": t["float32"].median / sec,
+                   "of_measured_peak": tflops / peak[d]}
+            if peaks.get(d):
+                row["datasheet_tflops"] = peaks[d]
+                row["of_datasheet"] = tflops / peaks[d]
+            rows.append(row)
+    for d in dtypes:
+        ctx.metric(f"measured_peak_tflops[{d}]", peak[d], "TFLOP/s", kind="throughput",
+                   better="higher")
+    ctx.table("gemm", rows, show=True)
+    if kind == "cpu":
+        ctx.details.update(_cpu_details())
+        top = max(r["n"] for r in rows)
+        ratio = next(r["vs_float32"] for r in rows if r["n"] == top and r["dtype"] == "bfloat16")
+        ctx.note(_cpu_flags_note(f"matmul {top}^3", ratio))
+    else:
+        ctx.details.update(gpu=gpu, baseline="float32 is strict FP32 (allow_tf32=False)")
+        if peaks:
+            ctx.note(f"datasheet dense peaks for {gpu} from shared/ANCHORS.md: {peaks}")

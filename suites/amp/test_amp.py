@@ -1,0 +1,8 @@
+"""The AMP suite under pytest: its cases as tests, its workloads as benchmarks."""
+
+from harness.pytest_adapter import benchmark_case_tests, conformance_tests, workload_benchmarks
+from suites.amp.cases import suite
+
+test_conformance = conformance_tests(suite)
+test_benchmark_case = benchmark_case_tests(suite)
+test_workload = workload_benchmarks(suite)

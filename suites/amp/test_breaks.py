@@ -1,0 +1,333 @@
+"""Each AMP check, shown to fail when the feature is broken on purpose.
+
+Op-list breaks patch torch inside the worker process the case launches (`setup=` hooks,
+which must be module-level functions); GradScaler and parity breaks patch torch in-process
+with pytest's monkeypatch.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from functools import partialmethod
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from harness.cases import Context
+from harness.runner import execute
+from suites.amp import cases
+
+LOW_PRECISION_LISTS = {"cpu": ("torch_16", "nn_16"),
+                       "cuda": ("torch_fp16", "nn_fp16", "linalg_fp16", "methods_fp16")}
+
+
+def run(name: str, device: str = "cpu", params: dict | None = None) -> dict:
+    case = cases.suite.case(name)
+    return execute(case, device, params or case.param_sets("quick")[0], "quick")
+
+
+def failed(entry: dict) -> dict[str, str]:
+    return {c["name"]: c["detail"] for c in entry["checks"] if not c["passed"]}
+
+
+def run_op_lists(device: str, dtype: str, setup=None) -> dict:
+    ctx = Context(device=device, profile="quick", params={"dtype": dtype})
+    cases.autocast_op_lists(ctx, setup=setup)
+    return {"checks": [{"name": c.name, "passed": c.passed, "detail": c.detail}
+                       for c in ctx.checks], "tables": ctx.tables}
+
+
+# ---- setup hooks: run inside the op-list worker before the lists --------------------------
+
+def autocast_swaps_dtype() -> None:
+    """autocast runs a bfloat16 region in float16 and a float16 region in bfloat16."""
+    real = torch.autocast
+    swap = {torch.bfloat16: torch.float16, torch.float16: torch.bfloat16}
+
+    class Swapped(real):
+        def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+            super().__init__(device_type, dtype=swap.get(dtype, dtype), enabled=enabled,
+                             cache_enabled=cache_enabled)
+
+    torch.autocast = Swapped
+
+
+def autocast_noop() -> None:
+    """autocast does nothing at all."""
+
+    class Noop:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    torch.autocast = Noop
+
+
+def _fp32_then_round(real):
+    """A matmul that, under autocast, computes in fp32 on unrounded inputs and rounds only
+    the result: the right dtype, but not the low-precision computation autocast documents."""
+
+    def mm(a, b, *args, **kwargs):
+        device = a.device.type
+        if torch.is_autocast_enabled(device):
+            low = torch.get_autocast_dtype(device)
+            with torch.autocast(device, enabled=False):
+                return real(a.float(), b.float()).to(low)
+        return real(a, b, *args, **kwargs)
+
+    return mm
+
+
+def mm_computes_in_fp32() -> None:
+    torch.mm = _fp32_then_round(torch.mm)
+
+
+def tensor_mm_computes_in_fp32() -> None:
+    torch.Tensor.mm = _fp32_then_round(torch.Tensor.mm)
+
+
+def lists_missing() -> None:
+    """This torch has no autocast_test_lists (importing it fails)."""
+    sys.modules["torch.testing._internal.autocast_test_lists"] = None
+
+
+def banned_op_allowed() -> None:
+    """binary_cross_entropy runs under autocast instead of raising."""
+    real = torch._C._nn.binary_cross_entropy
+
+    def bce(input, target, *args, **kwargs):
+        with torch.autocast(input.device.type, enabled=False):
+            return real(input.float(), target.float(), *args, **kwargs)
+
+    torch._C._nn.binary_cross_entropy = bce
+
+
+# ---- autocast op lists ------------------------------------------------------------------
+
+@pytest.mark.distributed
+def test_dtype_checks_fail_when_autocast_uses_the_wrong_dtype():
+    res = run_op_lists("cpu", "bfloat16", setup=autocast_swaps_dtype)
+    bad = failed(res)
+    rows = res["tables"]["per_op"]
+    low = {r["check"] for r in rows if r["check"].split("/")[0] in LOW_PRECISION_LISTS["cpu"]}
+    assert len(low) == 17
+    # cat/stack get bfloat16 arguments meant for a bfloat16 region; in a float16 region
+    # autocast's promote policy refuses them
+    promote = {"torch_need_autocast_promote/cat", "torch_need_autocast_promote/stack"}
+    assert set(bad) == low | promote, set(bad) ^ (low | promote)
+    # ops returning a tuple (_native_multi_head_attention) have no dtype check, as in
+    # PyTorch's test; their comparison with the bfloat16 control catches them
+    assert all(re.search(r"gave float16|float16\S* vs \(?bfloat16", bad[c]) for c in low), bad
+    assert all("prioritize" in bad[c] for c in promote), bad
+
+
+@pytest.mark.distributed
+def test_every_check_fails_when_autocast_is_a_noop():
+    res = run_op_lists("cpu", "bfloat16", setup=autocast_noop)
+    assert res["checks"] and not any(c["passed"] for c in res["checks"])
+    assert all("autocast not enabled inside the region" in c["detail"] for c in res["checks"])
+
+
+@pytest.mark.distributed
+def test_control_check_fails_when_mm_rounds_an_fp32_result():
+    bad = failed(run_op_lists("cpu", "bfloat16", setup=mm_computes_in_fp32))
+    assert set(bad) == {"torch_16/mm"}, bad
+    assert "differs from the control run" in bad["torch_16/mm"]
+    assert "gave" not in bad["torch_16/mm"]  # the dtype is right; the numbers are not
+
+
+@pytest.mark.distributed
+def test_variant_check_fails_when_tensor_method_disagrees():
+    bad = failed(run_op_lists("cpu", "bfloat16", setup=tensor_mm_computes_in_fp32))
+    assert set(bad) == {"torch_16/mm"}, bad
+    assert "torch.mm and Tensor.mm disagree" in bad["torch_16/mm"]
+    assert "control" not in bad["torch_16/mm"]  # torch.mm itself still equals the control
+
+
+@pytest.mark.distributed
+def test_missing_lists_skip_with_the_reason():
+    entry = execute(cases.suite.case("autocast_op_lists"), "cpu", {"dtype": "bfloat16"},
+                    "quick")
+    assert entry["outcome"] == "pass"
+    from harness.cases import Skip
+
+    with pytest.raises(Skip, match="autocast_test_lists does not import"):
+        run_op_lists("cpu", "bfloat16", setup=lists_missing)
+
+
+@pytest.mark.gpu
+@pytest.mark.distributed
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_cuda_dtype_checks_fail_when_autocast_uses_the_wrong_dtype(dtype):
+    res = run_op_lists("cuda", dtype, setup=autocast_swaps_dtype)
+    bad = failed(res)
+    low = {r["check"] for r in res["tables"]["per_op"]
+           if r["check"].split("/")[0] in LOW_PRECISION_LISTS["cuda"] and r["outcome"] != "skip"}
+    assert low and low <= set(bad), low - set(bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.distributed
+def test_cuda_banned_check_fails_when_a_banned_op_runs():
+    bad = failed(run_op_lists("cuda", "float16", setup=banned_op_allowed))
+    assert set(bad) == {"banned/binary_cross_entropy"}, bad
+
+
+# ---- GradScaler --------------------------------------------------------------------------
+
+GradScaler = torch.amp.GradScaler
+
+
+def _update_with(**override):
+    """The scale update, with a growth or backoff factor forced to another value."""
+    real = torch._amp_update_scale_
+
+    def update(scale, tracker, found_inf, growth_factor, backoff_factor, interval):
+        args = {"growth_factor": growth_factor, "backoff_factor": backoff_factor, **override}
+        return real(scale, tracker, found_inf, args["growth_factor"], args["backoff_factor"],
+                    interval)
+
+    return update
+
+
+def _update_without_restart(scale, tracker, found_inf, growth_factor, backoff_factor,
+                            interval):
+    """Backs off on inf/NaN but keeps counting clean steps across the skip."""
+    if found_inf.item():
+        scale.mul_(backoff_factor)
+    else:
+        tracker.add_(1)
+        if tracker.item() == interval:
+            scale.mul_(growth_factor)
+            tracker.zero_()
+    return scale
+
+
+def _unscale_slightly_off():
+    """Unscaling by a reciprocal 0.1% off: gradients no longer the true ones."""
+    real = torch._amp_foreach_non_finite_check_and_unscale_
+
+    def unscale(grads, found_inf, inv_scale):
+        return real(grads, found_inf, inv_scale * (1 + 2**-10))
+
+    return unscale
+
+
+def _forgetful_unscale():
+    """unscale_ that forgets it already ran this iteration."""
+    from torch.amp.grad_scaler import OptState
+
+    real = GradScaler.unscale_
+
+    def unscale_(self, optimizer):
+        self._per_optimizer_states[id(optimizer)]["stage"] = OptState.READY
+        return real(self, optimizer)
+
+    return unscale_
+
+
+def _lossy_load():
+    """load_state_dict that drops the growth count."""
+    real = GradScaler.load_state_dict
+    return lambda self, sd: real(self, {**sd, "_growth_tracker": 0})
+
+
+def _always_enabled():
+    """enabled=False is ignored: the scaler scales anyway."""
+    real = GradScaler.__init__
+
+    def init(self, *args, enabled=True, **kwargs):
+        real(self, *args, enabled=True, **kwargs)
+
+    return init
+
+
+def _disabled_step_does_nothing():
+    """A disabled scaler's step() forgets to call optimizer.step()."""
+    real = GradScaler.step
+    return lambda self, opt, *a, **k: real(self, opt, *a, **k) if self.is_enabled() else None
+
+
+SKIP_CHECKS = {"inf gradient skips optimizer.step()", "nan gradient skips optimizer.step()"}
+BACKOFF_CHECKS = {"inf gradient multiplies the scale by backoff_factor",
+                  "nan gradient multiplies the scale by backoff_factor"}
+
+SCALER_BREAKS = {
+    "defaults": ({(GradScaler, "__init__"): partialmethod(GradScaler.__init__,
+                                                          init_scale=2.0**8)},
+                 {"defaults as documented"}),
+    "never_skips": ({(GradScaler, "_maybe_opt_step"):
+                     lambda self, opt, state, *a, **k: opt.step(*a, **k)},
+                    # the poisoned step corrupts the parameters, so every later step overflows
+                    SKIP_CHECKS | {"clean steps around the inf step equal the fp32 control",
+                                   "clean steps around the nan step equal the fp32 control",
+                                   "growth count restarts after a skipped step"}),
+    "never_backs_off": ({(torch, "_amp_update_scale_"): _update_with(backoff_factor=1.0)},
+                        BACKOFF_CHECKS | {"growth count restarts after a skipped step"}),
+    "never_grows": ({(torch, "_amp_update_scale_"): _update_with(growth_factor=1.0)},
+                    {"scale grows after growth_interval clean steps",
+                     "growth count restarts after a skipped step"}),
+    "count_not_restarted": ({(torch, "_amp_update_scale_"): _update_without_restart},
+                            {"growth count restarts after a skipped step"}),
+    "inexact_unscale": ({(torch, "_amp_foreach_non_finite_check_and_unscale_"):
+                         _unscale_slightly_off()},
+                        {"unscale_ gives the fp32 control's gradients",
+                         "clean steps around the inf step equal the fp32 control",
+                         "clean steps around the nan step equal the fp32 control"}),
+    "unscale_twice_allowed": ({(GradScaler, "unscale_"): _forgetful_unscale()},
+                              {"unscale_ twice before update() raises"}),
+    "state_dict_loses_count": ({(GradScaler, "load_state_dict"): _lossy_load()},
+                               {"state_dict round-trips"}),
+    "disabled_still_scales": ({(GradScaler, "__init__"): _always_enabled()},
+                              {"enabled=False: scale() returns its input"}),
+    "disabled_never_steps": ({(GradScaler, "step"): _disabled_step_does_nothing()},
+                             {"enabled=False: steps equal the fp32 control"}),
+}
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("name", list(SCALER_BREAKS))
+def test_grad_scaler_check_fails_when_broken(monkeypatch, name, device):
+    patches, expected = SCALER_BREAKS[name]
+    assert run("grad_scaler", device)["outcome"] == "pass"
+    for (owner, attr), value in patches.items():
+        monkeypatch.setattr(owner, attr, value)
+    entry = run("grad_scaler", device)
+    assert entry["outcome"] == "fail", entry["reason"]
+    assert set(failed(entry)) == expected, failed(entry)
+
+
+# ---- accuracy parity ----------------------------------------------------------------------
+
+def _float8_linear(real):
+    """Under autocast, layers' outputs rounded to float8: a precision autocast does not use."""
+
+    def linear(x, w, b=None):
+        out = real(x, w, b)
+        if torch.is_autocast_enabled(x.device.type):
+            out = out.to(torch.float8_e4m3fn).to(out.dtype)
+        return out
+
+    return linear
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_parity_check_fails_when_autocast_precision_is_too_low(monkeypatch, device):
+    assert run("accuracy_parity", device)["outcome"] == "pass"
+    monkeypatch.setattr(F, "linear", _float8_linear(F.linear))
+    bad = failed(run("accuracy_parity", device))
+    amp = cases.AMP_MODES[device]
+    assert set(bad) == {f"{m} ends within 5% of the fp32 loss" for m in amp}, bad
+
+
+def test_parity_control_check_fails_when_nothing_learns(monkeypatch):
+    monkeypatch.setattr(torch.optim.Adam, "step", lambda self, closure=None: None)
+    bad = failed(run("accuracy_parity"))
+    assert set(bad) == {"fp32 control learns"}, bad

@@ -1,0 +1,98 @@
+"""The AMP suite's measuring tools measure what they claim to."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from harness import launch
+from suites.amp import cases, memory, oplists, training
+
+
+def test_allocation_walk_of_known_tensors():
+    def known():
+        a = torch.empty(1000, 1000)  # 4 MB live
+        b = torch.empty(500, 1000)  # 6 MB
+        del a  # 2 MB
+        c = torch.empty(250, 1000)  # 3 MB
+        d = torch.empty(2000, 1000)  # 11 MB: the peak
+        del b, c, d
+
+    assert memory.allocation_walk(memory.cpu_allocation_events(known)) == (11_000_000, 0)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("mode", ["fp32", "bf16"])
+def test_step_memory_accounts_for_every_byte(device, mode):
+    """A step leaves exactly its new gradients behind: what the walk nets out to."""
+    step = training.TrainStep("encoder", device, mode, batch=2, side=16)
+    step()
+    m = memory.step_memory(step, device)
+    grads = memory.storage_bytes(p.grad for p in step.model.parameters())
+    params = list(step.model.parameters())
+    assert grads == sum(p.numel() * p.element_size() for p in params)
+    if device == "cpu":
+        assert m.net == grads
+    else:  # the caching allocator rounds each block up to a multiple of 512 bytes
+        assert grads <= m.net <= grads + 512 * len(params)
+    assert m.transient >= m.net
+    momentum = [s["momentum_buffer"] for s in step.optimizer.state.values()]
+    assert m.resident == memory.storage_bytes([*params, *momentum, step.x, step.target])
+    assert m.peak == m.resident + m.transient
+
+
+def parse_lists(rank: int, world: int) -> dict:
+    """Worker: how this suite reads AutocastTestLists (the CUDA lists), built on CPU tensors
+    so that the reading can be checked without a GPU."""
+    from torch.testing._internal.autocast_test_lists import AutocastTestLists
+
+    lists = AutocastTestLists(torch.device("cpu"))
+    out = {}
+    for dtype in (torch.float16, torch.bfloat16):
+        parsed = oplists.cases_of(lists, dtype)
+        out[str(dtype)] = [(c.list_name, c.op, str(c.run_as), str(c.out_type), c.expect_error,
+                            c.skip, c.module is None) for c in parsed]
+    return out
+
+
+@pytest.mark.distributed
+def test_cuda_lists_are_read_as_pytorch_reads_them():
+    (res,) = launch.launch(parse_lists, 1, timeout_s=300, label="parse worker")
+    for dtype, rows in res.items():
+        assert len(rows) == 121
+        assert [r[1] for r in rows if r[5]] == ["einsum"]  # PyTorch's test never runs it
+        by_list = Counter(r[0] for r in rows)
+        assert by_list["torch_fp16"] == 28 and by_list["torch_fp32"] == 44
+        for name, op, run_as, out_type, expect_error, _, method_only in rows:
+            if name == "banned":
+                assert expect_error
+            elif name in ("torch_fp16", "nn_fp16", "linalg_fp16", "methods_fp16"):
+                assert run_as == out_type == dtype, (name, op)
+            elif name.endswith("expect_builtin_promote"):
+                assert run_as == "torch.float32" and out_type in ("torch.float32", "torch.bool")
+            else:
+                assert run_as == out_type == "torch.float32", (name, op)
+            assert method_only == name.startswith("methods_")
+
+
+@pytest.mark.parametrize(("dtype", "want"), [("float32", torch.float32),
+                                             ("bfloat16", torch.bfloat16),
+                                             ("autocast-bfloat16", torch.bfloat16)])
+def test_matmul_workload_runs_in_its_dtype(dtype, want):
+    out = cases.matmul("cpu", 64, dtype)()
+    assert out.dtype == want and out.abs().sum() > 0
+
+
+def test_tf32_is_refused_on_cpu():
+    with pytest.raises(ValueError, match="tf32"):
+        cases.matmul("cpu", 64, "tf32")
+
+
+def test_backend_flags_are_restored():
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark)
+    with training.restored_backend_flags():
+        training.CudaSettings(tf32=not before[0], cudnn_benchmark=not before[1]).apply()
+        assert torch.backends.cuda.matmul.allow_tf32 != before[0]
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark) == before
