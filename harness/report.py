@@ -48,7 +48,7 @@ code{background:#f4f4f6;padding:0 .2em}nav a{margin-right:1em}
 
 def _svg(fig) -> str:
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg"):]  # drop the XML prologue: the page is HTML
