@@ -11,18 +11,13 @@ contenders block by block so that a noisy neighbour slows all of them alike.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
-
-# torch.utils.benchmark imports cpp_extension, which logs a warning on machines without a
-# CUDA toolkit; it is irrelevant to timing Python statements.
-logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
-from torch.utils import benchmark as tbench  # noqa: E402
+from torch.utils import benchmark as tbench
 
 __all__ = ["Timing", "measure", "measure_interleaved", "synchronize", "sync_clock"]
 

@@ -139,7 +139,8 @@ def scaling(ctx: Context, setup=None) -> None:
                    stats=serial_s)
         ctx.metric(f"fork_time[K={k}]", fork_s["median"], "s", kind="time", better="lower",
                    stats=fork_s)
-        ctx.metric(f"speedup[K={k}]", speedup, "x", kind="ratio", better="higher")
+        ctx.metric(f"speedup[K={k}]", speedup, "x", kind="ratio", better="higher",
+                   headline=k > 1)
         ctx.metric(f"ideal[K={k}]", ideal, "x", kind="value")
         rows.append({"tasks": k, "interop_threads": threads, "serial_ms": serial_s["median"] * 1e3,
                      "fork_ms": fork_s["median"] * 1e3, "speedup": speedup, "ideal": ideal,
