@@ -132,7 +132,8 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
 def write_json_atomic(path: str | Path, doc: Any) -> Path:
     """Write `doc` as JSON, atomically. Serialising first means a document that cannot be
     written (NaN, say) leaves the old file untouched."""
-    text = json.dumps(doc, indent=1, allow_nan=False, default=str) + "\n"
+    # compact: run files are read by tools (`show`, `report`), and committed ones stay small
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False, default=str) + "\n"
     return write_text_atomic(path, text)
 
 
