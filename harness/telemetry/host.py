@@ -14,7 +14,6 @@ from typing import Any
 import psutil
 
 RAPL_ROOT = Path("/sys/class/powercap")
-TREE_SCAN_EVERY = 10  # samples between scans for new child processes (1 s at 10 Hz)
 
 
 class Rapl:
@@ -60,7 +59,7 @@ class HostReader:
         self.rapl = Rapl()
         self.unavailable: dict[str, str] = {}
         self._tree: dict[int, psutil.Process] = {}
-        self._samples = 0
+        self._pids: frozenset[int] = frozenset()
         psutil.cpu_percent(percpu=True)  # the first call only starts the interval
         self._tree_cpu_percent()
         freq = psutil.cpu_freq(percpu=True) if hasattr(psutil, "cpu_freq") else None
@@ -73,13 +72,14 @@ class HostReader:
         """CPU percent (100 = one core) of this process and its descendants since last call.
 
         psutil measures a process's CPU percent between two calls on the same object, so the
-        objects are kept from one sample to the next. Finding the descendants scans every
-        process on the machine (about a millisecond), so it is done every TREE_SCAN_EVERY
-        samples; in between, the known tree is read.
+        objects are kept from one sample to the next. Finding the descendants reads every
+        process's parent (about a millisecond), so it is done only when the machine's set of
+        processes changed (listing them costs ~50 us).
         """
-        self._samples += 1
-        procs = list(self._tree.values()) or [self.me]
-        if self._samples % TREE_SCAN_EVERY == 1 or not self._tree:
+        pids = frozenset(psutil.pids())
+        procs = list(self._tree.values())
+        if pids != self._pids or not procs:
+            self._pids = pids
             try:
                 procs = [self.me, *self.me.children(recursive=True)]
             except psutil.Error:
