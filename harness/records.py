@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -77,6 +78,29 @@ RUN_SCHEMA = {
 
 class RecordError(Exception):
     """A run file that cannot be read as a run record (the message is one line)."""
+
+
+def _path_aliases() -> list[tuple[str, str]]:
+    """This machine's directories, longest first, and what records say instead."""
+    root = str(Path(__file__).resolve().parent.parent)
+    pairs = {sys.prefix: "<env>", root: "<project>", sys.base_prefix: "<python>",
+             str(Path.home()): "~"}
+    return sorted(((p, a) for p, a in pairs.items() if len(p) > 1), key=lambda pa: -len(pa[0]))
+
+
+def scrub_paths(obj: Any, aliases: list[tuple[str, str]] | None = None) -> Any:
+    """`obj` with this machine's directories in every string replaced by aliases
+    (tracebacks in records otherwise carry them, and committed runs must not)."""
+    aliases = aliases if aliases is not None else _path_aliases()
+    if isinstance(obj, str):
+        for path, alias in aliases:
+            obj = obj.replace(path, alias)
+        return obj
+    if isinstance(obj, dict):
+        return {k: scrub_paths(v, aliases) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [scrub_paths(v, aliases) for v in obj]
+    return obj
 
 
 def now() -> str:

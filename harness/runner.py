@@ -183,7 +183,7 @@ def execute(
         details=ctx.details,
         telemetry=sampler.summary(ctx.iterations) if sampled else None,
     )
-    return entry
+    return records.scrub_paths(entry)
 
 
 def run(

@@ -75,3 +75,15 @@ def test_resolve_picks_the_newest_run_in_a_folder(tmp_path):
     assert records.resolve_run(tmp_path).name == "20260301T000000Z-quick.json"
     with pytest.raises(records.RecordError, match="no such run file"):
         records.resolve_run(tmp_path / "missing.json")
+
+
+def test_machine_paths_are_scrubbed_from_records():
+    import sys
+    from pathlib import Path
+
+    root = str(Path(records.__file__).resolve().parent.parent)
+    doc = {"traceback": f'File "{sys.prefix}/lib/x.py"\nFile "{root}/harness/y.py"',
+           "nested": [f"{Path.home()}/z"], "n": 1}
+    out = records.scrub_paths(doc)
+    assert out == {"traceback": 'File "<env>/lib/x.py"\nFile "<project>/harness/y.py"',
+                   "nested": ["~/z"], "n": 1}
