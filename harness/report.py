@@ -352,12 +352,8 @@ def build(runs: list[dict], title: str = "torch-release-bench report") -> str:
 def latest_runs(root: str | Path) -> list[Path]:
     """The newest run file of each machine folder under `root`."""
     root = Path(root)
-    out = []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
-        files = sorted(folder.glob("*.json"), key=lambda q: q.name)
-        if files:
-            out.append(files[-1])
-    return out
+    folders = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    return [records.resolve_run(f) for f in folders if any(f.glob("*.json"))]
 
 
 def write(run_paths: list[Path], out: str | Path) -> Path:

@@ -42,6 +42,14 @@ class Timing:
             times=tuple(m.times),
         )
 
+    @classmethod
+    def from_samples(cls, samples: list[float], label: str = "") -> Timing:
+        """Statistics of per-call seconds timed elsewhere, one call each (collective work in
+        several processes, which cannot adapt its repeat count), by torch.utils.benchmark."""
+        m = tbench.Measurement(number_per_run=1, raw_times=list(samples),
+                               task_spec=tbench.TaskSpec(stmt=label or "samples", setup="pass"))
+        return cls.from_measurement(m)
+
     def stats(self) -> dict[str, float | int]:
         """The statistics a record keeps beside the value (all in seconds)."""
         return {

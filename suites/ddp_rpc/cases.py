@@ -36,7 +36,6 @@ from typing import Any
 
 import psutil
 import torch
-from torch.utils import benchmark as tbench
 
 from harness import launch, timing
 from harness.cases import Context, Suite
@@ -298,13 +297,6 @@ def faults(ctx: Context, setup: Setup = None) -> None:
             {"rank": f.rank, "kind": f.kind, "message": f.message[:300]} for f in error.failures]
 
 
-def _timing(samples: list[float], name: str) -> timing.Timing:
-    """Median and IQR of per-call seconds, computed by torch.utils.benchmark."""
-    m = tbench.Measurement(number_per_run=1, raw_times=list(samples),
-                           task_spec=tbench.TaskSpec(stmt=name, setup="pass"))
-    return timing.Timing.from_measurement(m)
-
-
 @suite.benchmark(params={"quick": [{"ddp": "inside"}], "full": [{"ddp": m} for m in MODES]},
                  needs=("distributed",))
 def step_time(ctx: Context, setup: Setup = None) -> None:
@@ -318,11 +310,10 @@ def step_time(ctx: Context, setup: Setup = None) -> None:
     per_trainer = {}
     for rank in TRAINER_RANKS:
         r = res[rank]
-        per_trainer[rank] = {
-            **{name: _timing(v, name) for name, v in r["phases"].items()},
-            "rpc_embedding_forward": _timing(r["rpc_forward"], "rpc_embedding_forward"),
-            "allreduce_dense_grads": _timing(r["allreduce"], "allreduce_dense_grads"),
-        }
+        samples = {**r["phases"], "rpc_embedding_forward": r["rpc_forward"],
+                   "allreduce_dense_grads": r["allreduce"]}
+        per_trainer[rank] = {name: timing.Timing.from_samples(v, name)
+                             for name, v in samples.items()}
     main = per_trainer[TRAINER_RANKS[0]]  # trainer 1 (DDP group rank 0) is reported
     step = main["step"].median
     for name, unit_kind in (("step", "time"), ("forward", "time"), ("backward", "time"),

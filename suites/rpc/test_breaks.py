@@ -128,13 +128,17 @@ def _failed(ctx: Context) -> set[str]:
     return {c.name for c in ctx.checks if not c.passed}
 
 
-def test_roundtrip_checks_fail_when_transport_is_lossy():
-    ctx = _broken("roundtrip", lossy_transport)
-    assert ctx.checks and _failed(ctx) == {c.name for c in ctx.checks}
-
-
-def test_remote_exception_checks_fail_when_exceptions_are_lost():
-    ctx = _broken("remote_exception", exceptions_lost)
+# Breaks under which every check of the case fails.
+@pytest.mark.parametrize(("case", "breaks"), [
+    ("roundtrip", lossy_transport),
+    ("remote_exception", exceptions_lost),
+    ("rpc_timeout", timeouts_premature),
+    ("async_execution", async_execution_ignored),
+    ("async_batch_no_deadlock", async_execution_blocking),
+], ids=["lossy-transport", "exceptions-lost", "timeouts-fire-early", "async-ignored",
+        "handlers-block-threads"])
+def test_every_check_fails_under_its_break(case, breaks):
+    ctx = _broken(case, breaks)
     assert ctx.checks and _failed(ctx) == {c.name for c in ctx.checks}
 
 
@@ -142,11 +146,6 @@ def test_timeout_checks_fail_when_timeouts_are_ignored():
     ctx = _broken("rpc_timeout", timeouts_ignored)
     assert len(ctx.checks) == 4
     assert _failed(ctx) == {c.name for c in ctx.checks if "raises within" in c.name}
-
-
-def test_timeout_checks_fail_when_timeouts_fire_early():
-    ctx = _broken("rpc_timeout", timeouts_premature)
-    assert ctx.checks and _failed(ctx) == {c.name for c in ctx.checks}
 
 
 def test_peer_death_check_fails_when_rpc_hangs():
@@ -166,11 +165,3 @@ def test_reaping_check_fails_when_the_launcher_does_not_reap(monkeypatch):
                 os.waitpid(pid, 0)
 
 
-def test_async_checks_fail_when_async_execution_is_ignored():
-    ctx = _broken("async_execution", async_execution_ignored)
-    assert ctx.checks and _failed(ctx) == {c.name for c in ctx.checks}
-
-
-def test_batch_checks_fail_when_handlers_block_their_threads():
-    ctx = _broken("async_batch_no_deadlock", async_execution_blocking)
-    assert ctx.checks and _failed(ctx) == {c.name for c in ctx.checks}
