@@ -2,8 +2,16 @@
 
 `launch(fn, nprocs, args)` starts `nprocs` spawned processes, each calling
 `fn(rank, world_size, *args)` with MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE set and every
-listener pinned to loopback, and returns their return values by rank. Whatever goes wrong
-becomes a `LaunchError` whose message is one line naming the first failure:
+listener pinned to loopback, and returns their return values by rank.
+
+The launcher hosts the rendezvous store itself, as torchrun's agent does: a TCPStore bound to
+MASTER_ADDR only (`bound_store`), with TORCHELASTIC_USE_AGENT_STORE set so that every
+worker's `env://` or `tcp://MASTER_ADDR:MASTER_PORT` rendezvous is a client of it. Left to
+itself, rank 0 would host that store on every interface (`*:PORT`), whatever address the
+init_method names.
+
+Whatever goes wrong becomes a `LaunchError` whose message is one line naming the first
+failure:
 
 - a worker raises: its exception type, message and traceback;
 - a worker exits without a result (os._exit, a segfault, the OOM killer): its exit code or
@@ -32,11 +40,13 @@ import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
 import psutil
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
 LOOPBACK = "127.0.0.1"
@@ -78,6 +88,37 @@ def free_port(host: str = LOOPBACK) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def bound_store(host: str = LOOPBACK, port: int = 0,
+                timeout_s: float = 300.0) -> tuple[dist.TCPStore, int]:
+    """A TCPStore server listening on `host` only; returns (store, port).
+
+    TCPStore binds its own listener to every interface; handed a socket that is already
+    bound and listening (`master_listen_fd`, which needs the non-libuv server) it keeps to
+    that address. The store owns the socket from then on.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((host, port))
+        sock.listen(512)  # TCPStore aborts the process if the socket is not listening yet
+        port = sock.getsockname()[1]
+        store = dist.TCPStore(host, port, is_master=True, master_listen_fd=sock.detach(),
+                              use_libuv=False, wait_for_workers=False,
+                              timeout=timedelta(seconds=timeout_s))
+    finally:
+        sock.close()  # a no-op once detached
+    return store, port
+
+
+def agent_store_env(host: str, port: int) -> dict[str, str]:
+    """The variables that make a process's rendezvous a client of the store at host:port
+    (torch's rendezvous honours TORCHELASTIC_USE_AGENT_STORE for MASTER_ADDR:MASTER_PORT)."""
+    env = {"MASTER_ADDR": host, "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    if host == LOOPBACK:
+        # Gloo and TensorPipe pick an interface by hostname otherwise; keep them on loopback.
+        env.update(GLOO_SOCKET_IFNAME="lo", TP_SOCKET_IFNAME="lo")
+    return env
 
 
 def _write_atomic(path: Path, obj: Any) -> None:
@@ -204,24 +245,27 @@ def launch(
     env: dict[str, str] | None = None,
     host: str = LOOPBACK,
     label: str = "worker",
+    store_port: int | None = None,
 ) -> list[Any]:
     """Run `fn(rank, nprocs, *args)` in `nprocs` spawned processes; return values by rank.
 
     `fn` and `setup` must be importable module-level functions (spawn pickles them by name);
     `setup()` runs in each worker before `fn`, for instance to patch torch on purpose.
+    The workers rendezvous through a store this call hosts on `host`, or through the one the
+    caller already hosts there at `store_port` (`bound_store`).
     """
     if nprocs < 1:
         raise ValueError("nprocs must be at least 1")
     workdir = Path(tempfile.mkdtemp(prefix="release-bench-launch-"))
+    if store_port is None:
+        store, store_port = bound_store(host, timeout_s=timeout_s)
+    else:
+        store = None  # the caller hosts it
     worker_env = {
-        "MASTER_ADDR": host,
-        "MASTER_PORT": str(free_port(host)),
+        **agent_store_env(host, store_port),
         "WORLD_SIZE": str(nprocs),
         "LOCAL_WORLD_SIZE": str(nprocs),
     }
-    if host == LOOPBACK:
-        # Gloo and TensorPipe pick an interface by hostname otherwise; keep them on loopback.
-        worker_env.update(GLOO_SOCKET_IFNAME="lo", TP_SOCKET_IFNAME="lo")
     worker_env.update(env or {})
     ctx = mp.get_context("spawn")
     procs = [
@@ -270,6 +314,7 @@ def launch(
     finally:
         _reap(procs)
         shutil.rmtree(workdir, ignore_errors=True)
+        del store  # closes its listener
     if failures:
         raise LaunchError(failures, label)
     return [results[r] for r in range(nprocs)]

@@ -95,7 +95,7 @@ def new_spec(task: str, mode: str, device: str, batches: list, shape: Shape,
     """A run of the hybrid with the suite's optimizer and seeded initial parameters."""
     return workers.Spec(task=task, mode=mode, device=device, shape=shape, optim=Optim(),
                         init=initial_parameters(shape), batches=batches,
-                        rpc_port=launch.free_port(), threads=threads_per_process(), **kw)
+                        threads=threads_per_process(), **kw)
 
 
 def threads_per_process() -> int:

@@ -58,7 +58,6 @@ class Spec:
     optim: Optim
     init: Init
     batches: list[list[Batch]]  # batches[step][trainer index]
-    rpc_port: int
     threads: int = 1  # intra-op threads per process (as torchrun's OMP_NUM_THREADS=1)
     loss: str = "mse"
     lockstep: bool = True  # order the two trainers' optimizer steps (correctness runs)
@@ -81,8 +80,9 @@ def hybrid_worker(rank: int, world: int, spec: Spec) -> dict[str, Any]:
     timeout = timedelta(seconds=spec.pg_timeout_s)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout)
     trainers = dist.new_group(list(TRAINER_RANKS), timeout=timeout)  # every rank must call it
-    options = rpc.TensorPipeRpcBackendOptions(
-        init_method=f"tcp://127.0.0.1:{spec.rpc_port}", rpc_timeout=spec.rpc_timeout_s)
+    # the same store as the process group: the launcher's, on MASTER_ADDR only
+    options = rpc.TensorPipeRpcBackendOptions(init_method="env://",
+                                              rpc_timeout=spec.rpc_timeout_s)
     rpc.init_rpc(worker_name(rank), rank=rank, world_size=world, rpc_backend_options=options)
     if rank == PS_RANK:
         _start_parameter_server(spec)

@@ -78,7 +78,9 @@ def joined(rank: int, world: int, spec: GroupSpec) -> Iterator[Membership]:
     done. Leaving by an exception shuts down at once (graceful=False): a graceful shutdown
     would wait for peers that may be dead.
     """
-    url = f"tcp://{launch.LOOPBACK}:{spec.rendezvous_port()}"
+    # Launched workers are clients of the store their launcher hosts on MASTER_ADDR only
+    # (harness.launch.bound_store), so nothing here listens on every interface.
+    url = f"tcp://{os.environ.get('MASTER_ADDR', launch.LOOPBACK)}:{spec.rendezvous_port()}"
     if spec.gloo:
         dist.init_process_group("gloo", init_method=url, rank=rank, world_size=world)
     opts = rpc.TensorPipeRpcBackendOptions(
@@ -260,7 +262,13 @@ class LocalPeer:
     """A peer process started through the launcher; this process joins as worker0."""
 
     def __init__(self, device: str, timeout_s: float = 3600.0):
-        self.spec = GroupSpec(port=launch.free_port(), device=device, gloo=True)
+        # This process hosts the rendezvous store on loopback and, like the peer, joins it
+        # as a client (the variables are restored on close).
+        self.store, port = launch.bound_store(launch.LOOPBACK)
+        self.spec = GroupSpec(port=port, device=device, gloo=True)
+        env = launch.agent_store_env(launch.LOOPBACK, port)
+        self.saved_env = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._serve, args=(timeout_s,), daemon=True,
                                        name="rpc-local-peer")
@@ -276,13 +284,19 @@ class LocalPeer:
     def _serve(self, timeout_s: float) -> None:
         try:
             launch.launch(serve_peer, 1, (self.spec, os.getpid()), timeout_s=timeout_s,
-                          label="rpc peer")
+                          label="rpc peer", store_port=self.spec.port)
         except BaseException as e:  # kept for close(), which reports it
             self.error = e
 
     def close(self) -> None:
         self.stack.close()
         self.thread.join(60)
+        for k, v in self.saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        self.store = None
         if self.error is not None:
             raise self.error
 

@@ -299,8 +299,9 @@ def batch_no_deadlock(rank: int, world: int, spec: GroupSpec, server_threads: in
     A deadlocked server cannot take an RPC asking it to stop, so the workers agree on the
     outcome through a store; a stuck worker1 then leaves without shutting down.
     """
-    store = dist.TCPStore(launch.LOOPBACK, spec.rendezvous_port(), world, rank == 0,
-                          multi_tenant=True)
+    # a client of the store the launcher hosts on loopback
+    store = dist.TCPStore(os.environ.get("MASTER_ADDR", launch.LOOPBACK),
+                          spec.rendezvous_port(), world, is_master=False)
     verdicts = dist.PrefixStore("rpc-suite-verdict", store)
     mine = dataclasses.replace(spec, num_worker_threads=server_threads) if rank == 1 else spec
     with joined(rank, world, mine) as member:

@@ -1,0 +1,80 @@
+"""Listeners stay on loopback: no socket of a run listens on every interface.
+
+A rendezvous store or an RPC endpoint (which runs pickled calls) open to the network during a
+benchmark lets anyone on that network in. torch's TCPStore, left to itself, listens on `*`
+whatever address the init_method names; the launcher hosts it on loopback instead.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness import launch
+
+pytestmark = pytest.mark.distributed
+
+
+def _listeners(root: psutil.Process) -> set[tuple[str, int, str]]:
+    """(address, port, process name) of every TCP listener of `root` and its descendants."""
+    out = set()
+    try:
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return out
+    for p in procs:
+        try:
+            for c in p.net_connections(kind="inet"):
+                if c.status == psutil.CONN_LISTEN:
+                    out.add((c.laddr.ip, c.laddr.port, p.name()))
+        except psutil.Error:
+            continue
+    return out
+
+
+def _off_loopback(listeners) -> list:
+    return sorted(x for x in listeners if not ipaddress.ip_address(x[0]).is_loopback)
+
+
+def test_bound_store_listens_on_loopback_only():
+    store, port = launch.bound_store()
+    mine = _listeners(psutil.Process())
+    assert ("127.0.0.1", port) in {(ip, p) for ip, p, _ in mine}
+    assert _off_loopback(mine) == []
+    store.set("k", "v")
+    assert store.get("k") == b"v"
+    del store
+
+
+@pytest.mark.slow
+def test_rpc_and_ddp_rpc_suites_listen_on_loopback_only(tmp_path: Path):
+    """Sample every listener of a real run of both multi-process suites, twice a second or
+    more, and require each to be on loopback."""
+    cmd = [sys.executable, "-m", "harness.cli", "run", "--suite", "rpc", "--suite", "ddp_rpc",
+           "--no-telemetry", "--out", str(tmp_path)]
+    proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parent.parent,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=os.environ | {"PYTHONWARNINGS": "ignore"})
+    root = psutil.Process(proc.pid)
+    seen: set = set()
+    samples = 0
+    deadline = time.monotonic() + 600
+    while proc.poll() is None and time.monotonic() < deadline:
+        seen |= _listeners(root)
+        samples += 1
+        time.sleep(0.1)
+    if proc.poll() is None:
+        proc.kill()
+        pytest.fail("the run did not finish within 600 s")
+    stderr = proc.stderr.read()
+    assert proc.returncode == 0, stderr[-2000:]
+    # the run did listen (stores, TensorPipe, Gloo, the TCP floor), all of it on loopback
+    assert len({port for _, port, _ in seen}) >= 10, (samples, seen)
+    assert _off_loopback(seen) == [], f"listeners off loopback: {_off_loopback(seen)}"
