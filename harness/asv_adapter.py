@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from harness import machine, records, registry, runner
-from harness.cases import Params
+from harness.cases import Params, metric_id
 from harness.timing import synchronize
 
 __all__ = ["synchronize", "run_case", "metric_value", "telemetry_value", "skip_without",
@@ -56,11 +56,14 @@ def run_case(suite: str, case: str, params: Params, device: str = "cpu",
     return entry
 
 
-def metric_value(entry: dict[str, Any], name: str) -> float:
+def metric_value(entry: dict[str, Any], name: str, **labels: Any) -> float:
+    """The value of the metric `name` whose labels include `labels`."""
     for m in entry["metrics"]:
-        if m["name"] == name:
+        have = m.get("labels") or {}
+        if m["name"] == name and all(have.get(k) == v for k, v in labels.items()):
             return m["value"]
-    raise KeyError(f"{entry['suite']}/{entry['case']} recorded no metric {name!r}")
+    raise KeyError(f"{entry['suite']}/{entry['case']} recorded no metric "
+                   f"{metric_id(name, labels)!r}")
 
 
 def telemetry_value(entry: dict[str, Any], key: str, gpu: int = 0) -> float:

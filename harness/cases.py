@@ -49,23 +49,44 @@ def param_id(params: Params) -> str:
 
 @dataclass
 class Metric:
+    """One figure. Its identity is `name` plus `labels` (e.g. name "p50", labels
+    {"path": "tp_builtin", "bytes": 4}), never a string with the labels packed into it."""
+
     name: str
     value: float | None
     unit: str
     # what kind of figure this is; `compare` picks its regression threshold by kind
     kind: str = "value"  # time | latency | throughput | ratio | bytes | error | count | value
     better: str | None = None  # "higher", "lower", or None when direction does not apply
-    stats: dict[str, float | int] | None = None
+    labels: dict[str, Any] = field(default_factory=dict)
+    samples: list[float] | None = None  # what the value was computed from (thinned)
+    stats: dict[str, Any] | None = None  # harness.stats.summarize of the samples
     headline: bool = False  # shown first in summaries (the figure the case exists for)
 
     def to_json(self) -> dict[str, Any]:
-        d = {"name": self.name, "value": self.value, "unit": self.unit, "kind": self.kind}
-        d["better"] = self.better
+        d: dict[str, Any] = {"name": self.name}
+        if self.labels:
+            d["labels"] = self.labels
+        d.update(value=self.value, unit=self.unit, kind=self.kind, better=self.better)
         if self.stats is not None:
             d["stats"] = self.stats
+        if self.samples is not None:
+            d["samples"] = self.samples
         if self.headline:
             d["headline"] = True
         return d
+
+
+def metric_id(name: str, labels: Mapping[str, Any] | None) -> str:
+    """How a metric is written for people: p50[path=gloo, bytes=4]."""
+    if not labels:
+        return name
+    return f"{name}[{', '.join(f'{k}={v}' for k, v in labels.items())}]"
+
+
+def _samples_of(x: Any) -> list[float]:
+    """Per-call seconds of a Timing, or a plain sequence of samples."""
+    return list(getattr(x, "times", x))
 
 
 @dataclass
@@ -116,32 +137,72 @@ class Context:
             return self.check(name, False, f"raised {type(e).__name__} instead: {str(e)[:200]}")
         return self.check(name, False, "did not raise")
 
-    def metric(self, name: str, value: float | None, unit: str, **kw: Any) -> Metric:
-        m = Metric(name, None if value is None else float(value), unit, **kw)
+    def metric(self, name: str, value: float | None, unit: str, *,
+               labels: Mapping[str, Any] | None = None, samples: Any = None,
+               q: float = 0.5, ci: tuple[float | None, float | None] | None = None,
+               count: int | None = None, **kw: Any) -> Metric:
+        """Record a figure. With `samples` (a Timing or the values the figure was computed
+        from) the record keeps them and their statistics: the `q` quantile's interval, or
+        `ci` for a derived figure whose interval comes from its inputs."""
+        from harness import stats
+
+        m = Metric(name, None if value is None else float(value), unit,
+                   labels=dict(labels or {}), **kw)
+        if samples is not None:
+            xs = _samples_of(samples)
+            m.samples = stats.thin(xs)
+            m.stats = stats.summarize(xs, q=q, ci=ci, count=count or len(xs))
         self.metrics.append(m)
         return m
 
-    def measure(self, name: str, fn: Callable[[], object], **kw: Any) -> timing.Timing:
+    def ratio(self, name: str, num: Any, den: Any, *, unit: str = "x", kind: str = "ratio",
+              better: str | None = "higher", scale: float = 1.0, offset: float = 0.0,
+              **kw: Any) -> Metric:
+        """Record scale * median(num) / median(den) + offset, measured side by side (an
+        overhead in percent is scale 100, offset -100). Its samples are the ratios of the
+        blocks timed next to each other (paired by position), its interval a bootstrap over
+        both inputs' samples."""
+        import numpy as np
+
+        from harness import stats
+
+        a, b = np.asarray(_samples_of(num), float), np.asarray(_samples_of(den), float)
+        n = min(a.size, b.size)
+        lo, hi = stats.ratio_of_medians_ci(a, b)
+        ci = (None if lo is None else lo * scale + offset,
+              None if hi is None else hi * scale + offset)
+        return self.metric(name, scale * float(np.median(a) / np.median(b)) + offset, unit,
+                           kind=kind, better=better, samples=scale * a[:n] / b[:n] + offset,
+                           ci=ci, **kw)
+
+    def measure(self, name: str, fn: Callable[[], object], *,
+                labels: Mapping[str, Any] | None = None, **kw: Any) -> timing.Timing:
         """Time `fn` with the profile's run time and record its median as a metric."""
         from harness import timing
 
         kw.setdefault("min_run_time", self.min_run_time)
         t = timing.measure(fn, device=self.device, **kw)
         self.iterations += t.calls
-        self.metric(name, t.median, "s", kind="time", better="lower", stats=t.stats())
+        self.metric(name, t.median, "s", kind="time", better="lower", samples=t,
+                    labels=labels)
         return t
 
     def measure_side_by_side(
-        self, fns: Mapping[str, Callable[[], object]], **kw: Any
+        self, fns: Mapping[str, Callable[[], object]], *, name: str | None = None,
+        label: str = "variant", labels: Mapping[str, Any] | None = None, **kw: Any
     ) -> dict[str, timing.Timing]:
-        """Time several statements interleaved and record each median as a metric."""
+        """Time several statements interleaved and record each median as a metric: named by
+        its key, or, with `name`, all named `name` with the key as the label `label`."""
         from harness import timing
 
         kw.setdefault("min_run_time", self.min_run_time)
         ts = timing.measure_interleaved(fns, device=self.device, **kw)
-        for name, t in ts.items():
+        for key, t in ts.items():
             self.iterations += t.calls
-            self.metric(name, t.median, "s", kind="time", better="lower", stats=t.stats())
+            ids = (key, dict(labels or {})) if name is None else (
+                name, {**(labels or {}), label: key})
+            self.metric(ids[0], t.median, "s", kind="time", better="lower", samples=t,
+                        labels=ids[1])
         return ts
 
     def note(self, text: str) -> None:

@@ -113,6 +113,27 @@ def _build_parser() -> argparse.ArgumentParser:
                               "(defaults: ratio/throughput 0.05, time/latency 0.15, bytes 0.10)")
     compare.add_argument("--all", action="store_true", help="list unchanged metrics too")
     compare.add_argument("--json", metavar="FILE", help="also write the changes as JSON")
+    compare.add_argument("--history", metavar="DIR",
+                         help="earlier runs of this machine (e.g. results/runs/<machine>): flag "
+                              "only changes outside the band they spread over")
+    compare.add_argument("--across-machines", action="store_true",
+                         help="judge runs of different hardware anyway")
+
+    ab = sub.add_parser("ab", help="the same cases in two Python environments, interleaved in "
+                                   "fresh processes; exit 1 on regression")
+    ab.add_argument("a", metavar="A", help="a venv folder or a Python executable (baseline)")
+    ab.add_argument("b", metavar="B", help="a venv folder or a Python executable (candidate)")
+    ab.add_argument("--suite", action="append", metavar="S",
+                    help="a suite to run (repeatable; default: all)")
+    ab.add_argument("--case", metavar="TEXT", help="only cases whose name contains TEXT")
+    ab.add_argument("--profile", default="quick", choices=PROFILES)
+    ab.add_argument("--rounds", type=int, default=2, metavar="K",
+                    help="fresh processes per side and suite (default 2: A B B A)")
+    ab.add_argument("--out", default="results/scratch/ab", metavar="DIR",
+                    help="where both sides' runs and the comparison go")
+    ab.add_argument("--threshold", action="append", default=[], metavar="KIND=TOL",
+                    type=_threshold, help="tolerated relative change for a kind of metric "
+                                          "(default 0.05 for every kind)")
     return parser
 
 
@@ -229,28 +250,99 @@ def _cmd_report(args) -> int:
     return EXIT_OK
 
 
-def _cmd_compare(args) -> int:
+def _history(spec: str, cand: dict, exclude: set) -> list[dict]:
+    """The readable runs under `spec` of the candidate's machine and profile, oldest first."""
+    from pathlib import Path
+
+    root = Path(spec)
+    if not root.is_dir():
+        raise UsageError(f"--history {spec}: not a folder of runs")
+    runs = []
+    for p in sorted(root.rglob("*.json")):
+        if p.resolve() in exclude:
+            continue
+        try:
+            run = records.read_run(p)
+        except records.RecordError:
+            continue  # not a run file (a comparison, a fingerprint)
+        if (run["machine"]["name"], run["profile"]) == (cand["machine"]["name"],
+                                                        cand["profile"]):
+            runs.append(run)
+    if not runs:
+        raise UsageError(f"--history {spec}: no runs of machine {cand['machine']['name']}, "
+                         f"profile {cand['profile']}")
+    return sorted(runs, key=lambda r: r["started"])
+
+
+def _print_changes(changes, show_all: bool) -> dict[str, int]:
     from harness import compare, summary
 
-    base = records.read_run(records.resolve_run(args.baseline))
-    cand = records.read_run(records.resolve_run(args.candidate))
-    changes = compare.compare_runs(base, cand, dict(args.threshold))
-    rows = compare.changes_table(changes, show_all=args.all)
-    print(f"baseline  {base['started']} {base['machine']['name']} torch "
-          f"{base['machine'].get('torch', {}).get('version')}")
-    print(f"candidate {cand['started']} {cand['machine']['name']} torch "
-          f"{cand['machine'].get('torch', {}).get('version')}")
+    rows = compare.changes_table(changes, show_all=show_all)
     print(summary.table_text(rows, limit=500) if rows else "no changes beyond the thresholds")
-    counts = {v: sum(c.verdict == v for c in changes)
-              for v in ("regression", "improvement", "noise", "unchanged", "new", "gone")}
-    print(", ".join(f"{n} {v}" for v, n in counts.items()))
+    counts = compare.counts(changes)
+    judged = sum(1 for c in changes if c.adjusted is not None)
+    print(", ".join(f"{n} {v}" for v, n in counts.items())
+          + f" ({judged} metrics tested; regression = past the kind's tolerance AND "
+            f"significant at FDR {compare.stats.ALPHA})")
+    return counts
+
+
+def _cmd_compare(args) -> int:
+    from harness import compare
+
+    paths = [records.resolve_run(args.baseline), records.resolve_run(args.candidate)]
+    base, cand = (records.read_run(p) for p in paths)
+    differ = compare.machine_differences(base["machine"], cand["machine"])
+    if differ and not args.across_machines:
+        raise UsageError("the runs are from different hardware (" + "; ".join(differ)
+                         + "): no verdicts; pass --across-machines to judge them anyway")
+    history = (_history(args.history, cand, {p.resolve() for p in paths[1:]})
+               if args.history else None)
+    changes = compare.compare_runs(base, cand, dict(args.threshold), history=history)
+    for label, run in (("baseline ", base), ("candidate", cand)):
+        print(f"{label} {run['started']} {run['machine']['name']} torch "
+              f"{run['machine'].get('torch', {}).get('version')}")
+    if differ:
+        print("different hardware, judged anyway: " + "; ".join(differ))
+    if history:
+        shown = [c.detectable for c in changes if c.detectable is not None]
+        if shown:
+            print(f"history: {len(history)} runs; minimum detectable change per metric: median "
+                  f"{100 * sorted(shown)[len(shown) // 2]:.1f}%, largest {100 * max(shown):.1f}%")
+    counts = _print_changes(changes, args.all)
     if args.json:
         records.write_json_atomic(args.json, [c.to_json() for c in changes])
     return EXIT_FAILED if counts["regression"] else EXIT_OK
 
 
+def _cmd_ab(args) -> int:
+    from pathlib import Path
+
+    from harness import ab, registry
+
+    names = registry.suite_names()
+    unknown = [s for s in args.suite or [] if s not in names]
+    if unknown:
+        raise UsageError(f"unknown suite {unknown[0]!r} (suites: {', '.join(names)})")
+    if args.rounds < 1:
+        raise UsageError(f"--rounds must be at least 1, got {args.rounds}")
+    run_args = ["--profile", args.profile] + (["--case", args.case] if args.case else [])
+    try:
+        res = ab.ab(args.a, args.b, args.suite or names, run_args, args.rounds, Path(args.out),
+                    lambda s: print(s, file=sys.stderr, flush=True), dict(args.threshold))
+    except ab.AbError as e:
+        raise UsageError(str(e)) from e
+    print(f"A: {args.a} (torch {res['versions']['A']})\nB: {args.b} "
+          f"(torch {res['versions']['B']})\n{args.rounds} rounds per side, schedule "
+          f"{''.join(ab.schedule(args.rounds))} per suite")
+    counts = _print_changes(res["changes"], False)
+    print(f"both sides' runs and the comparison are in {res['dir']}")
+    return EXIT_FAILED if counts["regression"] else EXIT_OK
+
+
 COMMANDS = {"list": _cmd_list, "run": _cmd_run, "show": _cmd_show,
             "require-cuda": _cmd_require_cuda, "report": _cmd_report, "compare": _cmd_compare,
+            "ab": _cmd_ab,
             "asv-machine": _cmd_asv_machine, "asv-publish": _cmd_asv_publish}
 
 

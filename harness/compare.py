@@ -1,20 +1,40 @@
-"""`release-bench compare BASELINE CANDIDATE`: what changed between two runs, and whether
-any change is a regression.
+"""`release-bench compare BASELINE CANDIDATE`: what changed between two runs, and whether any
+change is a regression.
 
-Results are matched by (suite, case, device, params) and metrics by name. A metric regresses
-when it moves past its kind's threshold in its bad direction AND, where both runs recorded
-statistics, the change is significant: the two interquartile ranges do not overlap. Defaults
-follow PyTorch's HUD: ratios (speedups, memory savings) and throughputs must stay at 0.95x of
-the baseline or above, latencies and times at 1.15x or below. A conformance case that
-passed and now fails is a regression whatever its figures.
+Results are matched by (suite, case, device, params), metrics by name and labels. A metric
+regresses only when both hold:
+
+- practical: it moved past its kind's tolerance in its bad direction. Defaults follow
+  PyTorch's HUD: ratios and throughputs must stay at 0.95x of the baseline or above, times
+  and latencies at 1.15x or below, bytes at 1.10x;
+- statistical: a two-sample test on the two runs' samples (harness.stats.shift_pvalue:
+  Mann-Whitney U for a median, a Fisher exact quantile test for p90/p99) is significant at a
+  false-discovery rate of `stats.ALPHA` over every metric judged (Benjamini-Hochberg).
+
+Improvements are judged the same way. A metric without samples on either side (a single
+figure, a version 1 record) is "unverified", never a regression; so is one whose case ran
+contended (telemetry invalid, outcome `invalid`): its samples are left out.
+
+With `history` (the machine's earlier runs), a change must also leave the band those runs
+spread over (`history_bands`): within-run samples miss the variance between runs, which
+dominates on a shared machine. The band comes from the runs since the last step that asv's
+step detection finds in the series, so a past regression does not widen it for ever.
+
+A conformance case that passed and now fails is a regression whatever its figures.
+Comparing runs of different machines (CPU model or flags, core count, GPU model, driver
+major) is refused unless asked for (`machine_differences`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.cases import param_id
+import numpy as np
+
+from harness import stats
+from harness.cases import metric_id, param_id
 
 # kind -> tolerated relative change in the bad direction: 0.05 means a speedup may fall to
 # 0.95x of the baseline, 0.15 that a latency may grow to 1.15x.
@@ -27,95 +47,299 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "overhead": 0.15,
     "error": 0.15,
 }
+# `ab` interleaves both sides in fresh processes on one machine, so drift falls on both alike
+# and the test sees the variance between processes: there the tolerance is the 5% that
+# release dashboards flag (PyTorch HUD 5%, TorchBench 7%).
+AB_THRESHOLDS: dict[str, float] = {kind: 0.05 for kind in DEFAULT_THRESHOLDS}
 # Absolute slack for kinds whose baseline may be near zero or negative (an error of 0 B, an
 # overhead of -0.3%), where a relative change means nothing.
 ABSOLUTE_SLACK = {"error": 1e-9, "overhead": 1.0}
+# A history band is the centre of the recent runs +- this many robust standard deviations.
+BAND_SIGMAS = 3.0
+HISTORY_RUNS = 10  # the most recent runs a band is estimated from
+VERDICTS = ("regression", "improvement", "unchanged", "unverified", "new", "gone")
 
 
 @dataclass
 class Change:
-    key: str  # suite/case[device params]
-    metric: str
+    case: str  # suite/case[device params]
+    metric: str  # the metric's name
+    labels: dict[str, Any]
     unit: str
     kind: str
     baseline: float | None
     candidate: float | None
     factor: float | None  # candidate / baseline
-    significant: bool | None  # None when no statistics were recorded
-    verdict: str  # "regression", "improvement", "noise", "unchanged", "new", "gone"
+    interval: list[float | None] | None  # confidence interval of the factor
+    pvalue: float | None  # the two-sample test's, before correction
+    adjusted: float | None = None  # after the false-discovery-rate correction
+    verdict: str = "unchanged"
+    why: str = ""
+    beyond: int = 0  # +1 past the tolerance in the good direction, -1 in the bad, 0 within
+    band: list[float] | None = None  # the history's band for the candidate value
+    detectable: float | None = None  # the history's minimum detectable change (relative)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return metric_id(self.metric, self.labels)
 
     def to_json(self) -> dict[str, Any]:
-        return self.__dict__.copy()
+        return asdict(self)
 
 
-def _key(e: dict) -> str:
+def result_key(e: dict) -> str:
     return f"{e['suite']}/{e['case']}[{e.get('device', '')} {param_id(e['params'])}]"
 
 
-def _iqr_range(m: dict) -> tuple[float, float] | None:
-    s = m.get("stats") or {}
-    if "median" not in s or "iqr" not in s:
-        return None
-    return s["median"] - s["iqr"] / 2, s["median"] + s["iqr"] / 2
+def metric_key(m: dict) -> tuple[str, str]:
+    """A metric's identity within its case: name and labels, in a hashable form."""
+    labels = m.get("labels") or {}
+    return m["name"], repr(sorted(labels.items()))
 
 
-def _significant(a: dict, b: dict) -> bool | None:
-    ra, rb = _iqr_range(a), _iqr_range(b)
-    if ra is None or rb is None:
-        return None
-    return ra[1] < rb[0] or rb[1] < ra[0]
+def _invalid(e: dict) -> str | None:
+    """Why a result's samples must not be judged (contended), or None."""
+    if e.get("outcome") == "invalid":
+        return "measured contended (outcome invalid)"
+    tel = e.get("telemetry") or {}
+    if tel.get("valid") is False:
+        return "measured contended: " + "; ".join(tel.get("invalid_reasons", []))
+    return None
 
 
-def compare_metric(key: str, a: dict, b: dict, thresholds: dict[str, float]) -> Change:
+def _quantile(m: dict) -> float:
+    return float((m.get("stats") or {}).get("q", 0.5))
+
+
+def _beyond(kind: str, better: str | None, va: float | None, vb: float | None,
+            thresholds: dict[str, float]) -> int:
+    tolerance = thresholds.get(kind)
+    if better not in ("higher", "lower") or tolerance is None or None in (va, vb):
+        return 0
+    allowed = max(tolerance * abs(va), ABSOLUTE_SLACK.get(kind, 0.0))
+    gain = (vb - va) if better == "higher" else (va - vb)  # > 0 means better
+    return -1 if gain < -allowed else (1 if gain > allowed else 0)
+
+
+def compare_metric(case: str, a: dict, b: dict, thresholds: dict[str, float],
+                   invalid: str | None = None) -> Change:
+    """One metric's change; its verdict is provisional until `decide` sees all p-values."""
     kind, better = b.get("kind", "value"), b.get("better")
     va, vb = a["value"], b["value"]
     factor = vb / va if va not in (None, 0) and vb is not None else None
-    sig = _significant(a, b)
-    verdict = "unchanged"
-    tolerance = thresholds.get(kind)
-    if better in ("higher", "lower") and tolerance is not None and None not in (va, vb):
-        allowed = max(tolerance * abs(va), ABSOLUTE_SLACK.get(kind, 0.0))
-        gain = (vb - va) if better == "higher" else (va - vb)  # > 0 means better
-        if gain < -allowed:
-            verdict = "regression" if sig is not False else "noise"
-        elif gain > allowed:
-            verdict = "improvement" if sig is not False else "noise"
-    return Change(key, b["name"], b["unit"], kind, va, vb, factor, sig, verdict)
+    sa, sb = a.get("samples") or [], b.get("samples") or []
+    q = _quantile(b)
+    interval = None
+    pvalue = None
+    if not invalid and sa and sb:
+        lo, hi = stats.quantile_ratio_ci(sa, sb, q)
+        interval = [lo, hi] if lo is not None and min(sa + sb) > 0 else None
+        pvalue = stats.shift_pvalue(sa, sb, q)
+    c = Change(case, b["name"], dict(b.get("labels") or {}), b["unit"], kind, va, vb, factor,
+               interval, pvalue, beyond=_beyond(kind, better, va, vb, thresholds))
+    if invalid:
+        c.verdict, c.why = "unverified", invalid
+    elif better not in ("higher", "lower") or kind not in thresholds:
+        c.verdict, c.why = "unchanged", "no direction or tolerance: not judged"
+    elif pvalue is None:
+        c.verdict = "unverified"
+        c.why = "no samples" if not (sa and sb) else f"fewer than {stats.MIN_SAMPLES} samples"
+    return c
 
 
-def compare_runs(base: dict, cand: dict,
-                 thresholds: dict[str, float] | None = None) -> list[Change]:
+def decide(changes: list[Change], alpha: float = stats.ALPHA) -> None:
+    """Verdicts from the practical threshold and the corrected tests, in place."""
+    tested = [c for c in changes if c.pvalue is not None and c.verdict == "unchanged"
+              and not c.why]
+    for c, p in zip(tested, stats.adjust([c.pvalue for c in tested]), strict=True):
+        c.adjusted = p
+        significant = p < alpha
+        if c.beyond and significant:
+            c.verdict = "regression" if c.beyond < 0 else "improvement"
+            c.why = f"past the tolerance and significant (adjusted p {p:.2g})"
+        elif c.beyond:
+            c.why = f"past the tolerance but not significant (adjusted p {p:.2g})"
+        elif significant:
+            c.why = "significant but within the tolerance"
+        else:
+            c.why = "within the tolerance"
+
+
+def compare_runs(base: dict, cand: dict, thresholds: dict[str, float] | None = None,
+                 history: list[dict] | None = None, alpha: float = stats.ALPHA) -> list[Change]:
     th = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
-    base_by_key = {_key(e): e for e in base["results"]}
+    base_by_key = {result_key(e): e for e in base["results"]}
     changes: list[Change] = []
     for e in cand["results"]:
-        key = _key(e)
+        key = result_key(e)
         old = base_by_key.pop(key, None)
         if old is None:
-            changes.append(Change(key, "(case)", "", "case", None, None, None, None, "new"))
+            changes.append(Change(key, "(case)", {}, "", "case", None, None, None, None, None,
+                                  verdict="new"))
             continue
         if old["outcome"] == "pass" and e["outcome"] in ("fail", "error"):
-            changes.append(Change(key, "(outcome)", "", "conformance", None, None, None, None,
-                                  "regression"))
-        old_metrics = {m["name"]: m for m in old["metrics"]}
+            changes.append(Change(key, "(outcome)", {}, "", "conformance", None, None, None,
+                                  None, None, verdict="regression",
+                                  why=f"passed, now {e['outcome']}: {e['reason'][:200]}"))
+        invalid = _invalid(old) or _invalid(e)
+        old_metrics = {metric_key(m): m for m in old["metrics"]}
         for m in e["metrics"]:
-            if m["name"] in old_metrics:
-                changes.append(compare_metric(key, old_metrics[m["name"]], m, th))
-    changes.extend(Change(k, "(case)", "", "case", None, None, None, None, "gone")
-                   for k in base_by_key)
+            if (k := metric_key(m)) in old_metrics:
+                changes.append(compare_metric(key, old_metrics[k], m, th, invalid))
+    changes.extend(Change(k, "(case)", {}, "", "case", None, None, None, None, None,
+                          verdict="gone") for k in base_by_key)
+    decide(changes, alpha)
+    if history:
+        apply_history(changes, history_bands(history))
     return changes
 
 
+# --- history ----------------------------------------------------------------------------
+
+
+@dataclass
+class Band:
+    centre: float
+    low: float
+    high: float
+    spread: float  # robust relative standard deviation between runs
+    runs: int  # runs in the current segment (since the last detected step)
+
+    @property
+    def detectable(self) -> float:
+        """The smallest relative change this history lets through."""
+        return BAND_SIGMAS * self.spread
+
+
+def _current_segment(values: list[float]) -> list[float]:
+    """The values since the last step asv's step detection finds in the series."""
+    from asv.step_detect import detect_steps
+
+    if len(values) < 3:
+        return values
+    steps = detect_steps(values)
+    left = steps[-1][0] if steps else 0
+    return values[left:] if len(values) - left >= 2 else values
+
+
+def history_bands(runs: list[dict]) -> dict[tuple[str, tuple[str, str]], Band]:
+    """Each metric's band over the history `runs` (oldest first), from valid results."""
+    series: dict[tuple[str, tuple[str, str]], list[float]] = {}
+    for run in runs[-HISTORY_RUNS:]:
+        for e in run["results"]:
+            if _invalid(e):
+                continue
+            for m in e["metrics"]:
+                if m.get("value") is not None and math.isfinite(m["value"]):
+                    series.setdefault((result_key(e), metric_key(m)), []).append(m["value"])
+    bands = {}
+    for key, values in series.items():
+        seg = np.asarray(_current_segment(values), dtype=float)
+        centre = float(np.median(seg))
+        if seg.size < 2 or centre == 0:
+            continue
+        mad = 1.4826 * float(np.median(np.abs(seg - centre)))
+        half_range = float(seg.max() - seg.min()) / 2
+        # with a handful of runs the MAD can be 0 by chance: the half range bounds it below
+        spread = max(mad, half_range) / abs(centre)
+        width = BAND_SIGMAS * spread * abs(centre)
+        bands[key] = Band(centre, centre - width, centre + width, spread, int(seg.size))
+    return bands
+
+
+def apply_history(changes: list[Change], bands: dict) -> None:
+    """Keep a regression or improvement only when the candidate leaves the history's band."""
+    for c in changes:
+        band = bands.get((c.case, (c.metric, repr(sorted(c.labels.items())))))
+        if band is None:
+            if c.verdict in ("regression", "improvement") and c.metric not in ("(outcome)",):
+                c.verdict, c.why = "unverified", "no history for this metric"
+            continue
+        c.band, c.detectable = [band.low, band.high], band.detectable
+        if c.verdict in ("regression", "improvement") and band.low <= c.candidate <= band.high:
+            c.why = (f"inside the history's band [{band.low:.4g}, {band.high:.4g}] "
+                     f"({band.runs} runs): {c.why}")
+            c.verdict = "unchanged"
+
+
+# --- machines -----------------------------------------------------------------------------
+
+
+def hardware_identity(machine: dict) -> dict[str, Any]:
+    """The fingerprint fields a verdict depends on."""
+    cpu = machine.get("cpu") or {}
+    gpus = machine.get("gpus") or []
+    driver = str(machine.get("nvidia_driver") or (gpus[0].get("driver") if gpus else "") or "")
+    return {
+        "cpu model": cpu.get("model"),
+        "cpu flags": sorted(f for f, on in (cpu.get("flags") or {}).items() if on),
+        "logical cores": cpu.get("logical_cores"),
+        "gpu models": sorted(g.get("name", "") for g in gpus),
+        "driver major": driver.split(".")[0] if driver else None,
+    }
+
+
+def machine_differences(a: dict, b: dict) -> list[str]:
+    """The hardware fields in which two runs' machines differ, with both values."""
+    ia, ib = hardware_identity(a), hardware_identity(b)
+    out = []
+    for k in ia:
+        if ia[k] != ib[k]:
+            if k == "cpu flags":
+                only_a = sorted(set(ia[k]) - set(ib[k]))[:6]
+                only_b = sorted(set(ib[k]) - set(ia[k]))[:6]
+                out.append(f"cpu flags (only baseline: {' '.join(only_a) or '-'}; only "
+                           f"candidate: {' '.join(only_b) or '-'})")
+            else:
+                out.append(f"{k} ({ia[k]} vs {ib[k]})")
+    return out
+
+
+# --- presentation -------------------------------------------------------------------------
+
+
+def fmt_change(c: Change) -> str:
+    """`1.18x [1.09, 1.27]`: the factor and its interval."""
+    if c.factor is None:
+        return ""
+    text = f"{c.factor:.3g}x"
+    if c.interval and None not in c.interval:
+        text += f" [{c.interval[0]:.3g}, {c.interval[1]:.3g}]"
+    return text
+
+
+def counts(changes: list[Change]) -> dict[str, int]:
+    return {v: sum(c.verdict == v for c in changes) for v in VERDICTS}
+
+
 def changes_table(changes: list[Change], show_all: bool = False) -> list[dict[str, Any]]:
-    order = {"regression": 0, "improvement": 1, "noise": 2, "new": 3, "gone": 4, "unchanged": 5}
+    order = {v: i for i, v in enumerate(VERDICTS)}
     rows = []
-    for c in sorted(changes, key=lambda c: (order[c.verdict], c.key, c.metric)):
-        if not show_all and c.verdict == "unchanged":
+    for c in sorted(changes, key=lambda c: (order[c.verdict], c.case, c.name)):
+        if not show_all and c.verdict == "unchanged" and not c.beyond:
+            continue
+        if not show_all and c.verdict == "unverified" and not c.beyond:
             continue
         rows.append({
-            "verdict": c.verdict, "case": c.key, "metric": c.metric, "kind": c.kind,
-            "baseline": c.baseline, "candidate": c.candidate,
-            "change": "" if c.factor is None else f"{c.factor:.3f}x",
-            "significant": {True: "yes", False: "no (IQRs overlap)", None: "n/a"}[c.significant],
+            "verdict": c.verdict, "case": c.case, "metric": c.name, "kind": c.kind,
+            "baseline": c.baseline, "candidate": c.candidate, "change": fmt_change(c),
+            "p_adj": "" if c.adjusted is None else f"{c.adjusted:.2g}",
+            "why": c.why,
         })
     return rows
+
+
+def detectable_changes(run: dict) -> list[tuple[str, float]]:
+    """(metric, relative half-width of its interval) for every metric with samples: the
+    smallest change one run of this profile can tell from noise, worst first."""
+    out = []
+    for e in run["results"]:
+        for m in e["metrics"]:
+            st = m.get("stats") or {}
+            ci = st.get("ci") or [None, None]
+            if None in ci or not m.get("value"):
+                continue
+            out.append((f"{result_key(e)} {metric_id(m['name'], m.get('labels'))}",
+                        (ci[1] - ci[0]) / 2 / abs(m["value"])))
+    return sorted(out, key=lambda x: -x[1])

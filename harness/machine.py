@@ -84,6 +84,16 @@ def _gpus() -> list[dict[str, Any]]:
     return gpus
 
 
+def _nvidia_driver() -> str | None:
+    """The NVIDIA kernel driver's version, from the kernel module (no NVML needed)."""
+    try:
+        text = open("/proc/driver/nvidia/version").read()
+    except OSError:
+        return None
+    m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+    return m.group(1) if m else None
+
+
 @cache
 def fingerprint() -> dict[str, Any]:
     """The fingerprint of this machine and build (computed once per process)."""
@@ -103,6 +113,7 @@ def fingerprint() -> dict[str, Any]:
             "inter_op_threads": torch.get_num_interop_threads(),
         },
         "gpus": _gpus(),
+        "nvidia_driver": _nvidia_driver(),
         "cpu": {
             "model": cpu_model,
             "arch": platform.machine(),

@@ -2,11 +2,12 @@
 
 Layout (field names are a contract other tools read; add, never rename):
 
-    {"schema_version": 1, "machine": {...fingerprint...}, "profile": "quick",
+    {"schema_version": 2, "machine": {...fingerprint...}, "profile": "quick",
      "started": ISO-8601, "finished": ISO-8601 or null while running,
      "command": [...], "notes": [...],
      "results": [{"suite", "case", "kind", "device", "params", "outcome", "reason",
-                  "metrics": [{"name", "value", "unit", "kind", "better", "stats"?}],
+                  "metrics": [{"name", "labels"?, "value", "unit", "kind", "better",
+                               "stats"?, "samples"?}],
                   "checks": [{"name", "passed", "detail"}], "notes": [...],
                   "tables": {name: [row, ...]}, "details": {...},
                   "telemetry": {...}, "started", "elapsed_s"}]}
@@ -26,7 +27,11 @@ from typing import Any
 
 import jsonschema
 
-SCHEMA_VERSION = 1
+# 2: metrics carry `labels` (their identity is name + labels), their `samples` (at most 256)
+# and one set of statistics (harness.stats.summarize). Version 1 records are still read:
+# their metrics have no samples, so `compare` calls them unverified.
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 OUTCOMES = ("pass", "fail", "skip", "error")
 
 _METRIC = {
@@ -34,6 +39,8 @@ _METRIC = {
     "required": ["name", "value", "unit"],
     "properties": {
         "name": {"type": "string"},
+        "labels": {"type": "object"},
+        "samples": {"type": "array", "items": {"type": "number"}, "maxItems": 256},
         "value": {"type": ["number", "null"]},
         "unit": {"type": "string"},
         "kind": {"type": "string"},
@@ -66,7 +73,7 @@ RUN_SCHEMA = {
     "type": "object",
     "required": ["schema_version", "machine", "profile", "started", "finished", "results"],
     "properties": {
-        "schema_version": {"const": SCHEMA_VERSION},
+        "schema_version": {"enum": list(READABLE_VERSIONS)},
         "machine": {"type": "object", "required": ["name"]},
         "profile": {"type": "string"},
         "started": {"type": "string"},
@@ -181,10 +188,9 @@ def read_run(path: str | Path) -> dict:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise RecordError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from e
-    if isinstance(doc, dict) and doc.get("schema_version") not in (None, SCHEMA_VERSION):
-        raise RecordError(
-            f"{path}: schema_version {doc.get('schema_version')!r} is not {SCHEMA_VERSION}"
-        )
+    if isinstance(doc, dict) and doc.get("schema_version") not in (None, *READABLE_VERSIONS):
+        raise RecordError(f"{path}: schema_version {doc.get('schema_version')!r} is not one "
+                          f"this version reads ({', '.join(map(str, READABLE_VERSIONS))})")
     return validate(doc, str(path))
 
 

@@ -28,8 +28,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from harness import records  # noqa: E402
-from harness.cases import param_id  # noqa: E402
-from harness.summary import fmt_value, headline_first  # noqa: E402
+from harness.cases import metric_id, param_id  # noqa: E402
+from harness.summary import fmt_metric, headline_first  # noqa: E402
 
 plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "figure.dpi": 96})
 
@@ -61,11 +61,17 @@ def _metric(e: dict, name: str) -> float | None:
     return None
 
 
-def _metrics_matching(e: dict, pattern: str) -> dict[str, float]:
-    """{captured group: value} of the metrics whose name matches `pattern` (one group)."""
+def _metrics_by_label(e: dict, name: str, label: str) -> dict[Any, float]:
+    """{value of `label`: value} of the metrics called `name` (v1 records, which packed the
+    label into the name as `name[label=value]` or `name[value]`, are read too)."""
     out = {}
     for m in e["metrics"]:
-        if (hit := re.fullmatch(pattern, m["name"])) and m["value"] is not None:
+        if m["value"] is None:
+            continue
+        if m["name"] == name and label in (m.get("labels") or {}):
+            out[m["labels"][label]] = m["value"]
+        elif hit := re.fullmatch(rf"{re.escape(name)}\[(?:{re.escape(label)}=)?(.+)\]",
+                                 m["name"]):
             out[hit.group(1)] = m["value"]
     return out
 
@@ -101,8 +107,8 @@ def fig_fork_wait(entries: list[dict]) -> str:
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     top = 1
     for e in sorted(runs, key=lambda e: e["params"].get("interop_threads", 0)):
-        sp = {int(k): v for k, v in _metrics_matching(e, r"speedup\[K=(\d+)\]").items()}
-        ideal = {int(k): v for k, v in _metrics_matching(e, r"ideal\[K=(\d+)\]").items()}
+        sp = {int(k): v for k, v in _metrics_by_label(e, "speedup", "K").items()}
+        ideal = {int(k): v for k, v in _metrics_by_label(e, "ideal", "K").items()}
         ks = sorted(sp)
         n = e["params"].get("interop_threads")
         line, = ax.plot(ks, [sp[k] for k in ks], "o-", label=f"measured, {n} inter-op threads")
@@ -123,8 +129,8 @@ def fig_amp(entries: list[dict]) -> str:
     for e in entries:
         if e["case"] != "train_step":
             continue
-        speed = _metrics_matching(e, r"speedup\[(.+)\]")
-        mem = _metrics_matching(e, r"memory_ratio\[(.+)\]")
+        speed = _metrics_by_label(e, "speedup", "mode")
+        mem = _metrics_by_label(e, "memory_ratio", "mode")
         extra = ", ".join(f"{k}={v}" for k, v in e["params"].items() if k != "model")
         for mode in speed:
             rows.append((f"{e['params'].get('model')} {mode} [{e.get('device')}"
@@ -269,7 +275,7 @@ def _case_rows(entries: list[dict]) -> str:
     for e in entries:
         tel = e.get("telemetry") or {}
         flags = "; ".join(tel.get("invalid_reasons", []))
-        figures = ", ".join(f"{m['name']}={fmt_value(m['value'], m['unit'])}"
+        figures = ", ".join(f"{metric_id(m['name'], m.get('labels'))}={fmt_metric(m)}"
                             for m in headline_first(e["metrics"])[:6])
         if len(e["metrics"]) > 6:
             figures += f", +{len(e['metrics']) - 6} more"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from harness.cases import param_id
+from harness.cases import metric_id, param_id
 
 _SCALE = {
     "s": [(1, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")],
@@ -26,6 +26,16 @@ def fmt_value(value: float | None, unit: str) -> str:
     return f"{value:.4g} {unit}".rstrip()
 
 
+def fmt_metric(m: dict[str, Any]) -> str:
+    """A metric's value with its confidence interval where the record has one:
+    '1.32x [1.25, 1.40]', '360 us [352 us, 371 us]'."""
+    text = fmt_value(m.get("value"), m["unit"])
+    ci = (m.get("stats") or {}).get("ci")
+    if ci and None not in ci:
+        text += f" [{fmt_value(ci[0], m['unit'])}, {fmt_value(ci[1], m['unit'])}]"
+    return text
+
+
 def headline_first(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Metrics with the headline ones first (a stable sort keeps the recorded order)."""
     return sorted(metrics, key=lambda m: not m.get("headline", False))
@@ -33,7 +43,8 @@ def headline_first(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _key_figures(entry: dict[str, Any], limit: int = 4) -> str:
     metrics = headline_first(entry["metrics"])
-    shown = [f"{m['name']}={fmt_value(m['value'], m['unit'])}" for m in metrics[:limit]]
+    shown = [f"{metric_id(m['name'], m.get('labels'))}={fmt_metric(m)}"
+             for m in metrics[:limit]]
     more = len(entry["metrics"]) - limit
     if more > 0:
         shown.append(f"+{more} more")

@@ -21,6 +21,10 @@ from torch.utils import benchmark as tbench
 
 __all__ = ["Timing", "measure", "measure_interleaved", "synchronize", "sync_clock"]
 
+# Timed blocks per statement at the least: with fewer, no 95% interval of the median exists
+# and no two-sample test can be significant once corrected for a run's few hundred metrics.
+MIN_BLOCKS = 12
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -59,6 +63,7 @@ class Timing:
             "calls": self.calls,
             "min": min(self.times),
             "max": max(self.times),
+            "times": list(self.times),  # the samples, for a record's statistics
         }
 
 
@@ -99,6 +104,7 @@ def measure(
     threads: int | None = None,
     warmup: int = 1,
     label: str = "",
+    min_blocks: int = MIN_BLOCKS,
 ) -> Timing:
     """Time `fn()` on `device`.
 
@@ -110,10 +116,17 @@ def measure(
     for _ in range(warmup):
         fn()
     synchronize(device)
-    m = _timer(fn, threads, label).adaptive_autorange(
-        threshold=threshold, min_run_time=min_run_time, max_run_time=max_run_time
-    )
-    return Timing.from_measurement(m)
+    timer = _timer(fn, threads, label)
+    start = time.perf_counter()
+    ms = [timer.adaptive_autorange(threshold=threshold, min_run_time=min_run_time,
+                                   max_run_time=max_run_time)]
+    # enough blocks for a confidence interval of the median and a two-sample test
+    while (sum(len(m.times) for m in ms) < min_blocks
+           and time.perf_counter() - start < max_run_time):
+        ms.append(timer.blocked_autorange(min_run_time=min_run_time / 4))
+    (merged,) = tbench.Measurement.merge(ms)
+    return Timing.from_measurement(
+        merged, calls=sum(m.number_per_run * len(m.raw_times) for m in ms))
 
 
 def measure_interleaved(
@@ -125,6 +138,8 @@ def measure_interleaved(
     threads: int | None = None,
     warmup: int = 1,
     around: Mapping[str, Callable[[], AbstractContextManager]] | None = None,
+    min_blocks: int = MIN_BLOCKS,
+    max_run_time: float | None = None,
 ) -> dict[str, Timing]:
     """Time several statements side by side: A, B, A, B, ... for `rounds` rounds.
 
@@ -141,7 +156,14 @@ def measure_interleaved(
     synchronize(device)
     collected: dict[str, list[tbench.Measurement]] = {name: [] for name in fns}
     around = around or {}
-    for _ in range(rounds):
+    budget = max_run_time if max_run_time is not None else 10 * min_run_time * len(fns)
+    start, done = time.perf_counter(), 0
+    # at least `rounds` rounds; more (same length each) until every statement has
+    # `min_blocks` timed blocks, for an interval and a test, or the budget is spent
+    while done < rounds or (
+            min(sum(len(m.times) for m in ms) for ms in collected.values()) < min_blocks
+            and time.perf_counter() - start < budget):
+        done += 1
         for name, timer in timers.items():
             with around.get(name, nullcontext)():
                 collected[name].append(timer.blocked_autorange(min_run_time=min_run_time / rounds))

@@ -47,7 +47,7 @@ def test_failed_write_keeps_the_previous_file(tmp_path):
     [
         ("{not json", "not valid JSON"),
         (json.dumps({"hello": "world"}), "not a torch-release-bench run"),
-        (json.dumps(a_run(schema_version=99)), "schema_version 99 is not 1"),
+        (json.dumps(a_run(schema_version=99)), "schema_version 99 is not one this version reads"),
         (json.dumps(a_run(results=[{"suite": "s"}])), "results/0"),
     ],
 )

@@ -36,8 +36,7 @@ def make_suite(factor: float) -> Suite:
         t = ctx.measure_side_by_side({"step_time": lambda: busy_wait(0.002 * factor),
                                       "reference_time": lambda: busy_wait(0.002)},
                                      min_run_time=0.3)
-        ctx.metric("speedup_vs_reference", t["reference_time"].median / t["step_time"].median,
-                   "x", kind="ratio", better="higher")
+        ctx.ratio("speedup_vs_reference", t["reference_time"], t["step_time"])
 
     return suite
 
@@ -69,7 +68,10 @@ def test_release_bench_compare_flags_a_planted_2x_slowdown_only(tmp_path):
     flagged = {c["metric"]: c for c in changes if c["verdict"] == "regression"}
     assert set(flagged) == {"step_time", "speedup_vs_reference"}
     assert flagged["step_time"]["factor"] == pytest.approx(2.0, rel=0.2)
-    assert flagged["step_time"]["significant"] is True  # the IQRs do not overlap
+    lo, hi = flagged["step_time"]["interval"]  # the change's interval is printed and kept
+    assert lo <= flagged["step_time"]["factor"] <= hi and lo > 1.15
+    assert flagged["step_time"]["adjusted"] < 0.05  # the test on the samples, corrected
+    assert f"[{lo:.3g}, {hi:.3g}]" in regressed.stdout
 
 
 def test_compare_thresholds_are_configurable(tmp_path):
@@ -79,7 +81,9 @@ def test_compare_thresholds_are_configurable(tmp_path):
                   str(tmp_path / "changes.json"))
     assert out.returncode == 0, out.stdout
     changes = json.loads((tmp_path / "changes.json").read_text())
-    assert {c["verdict"] for c in changes} <= {"unchanged", "noise"}
+    assert {c["verdict"] for c in changes} == {"unchanged"}
+    # past the default tolerances, but not past the ones given
+    assert all(c["beyond"] == 0 for c in changes)
 
 
 def test_compare_flags_a_conformance_case_that_stopped_passing(tmp_path):

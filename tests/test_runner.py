@@ -94,7 +94,9 @@ def test_benchmark_metric_carries_statistics_and_warnings_become_notes():
     assert entry["outcome"] == "pass"
     (m,) = entry["metrics"]
     assert m["unit"] == "s" and m["value"] >= 0.001
-    assert m["stats"]["runs"] >= 4 and m["stats"]["iqr"] >= 0
+    st = m["stats"]
+    assert st["n"] >= 4 and st["n"] == len(m["samples"]) and st["p25"] <= st["p75"]
+    assert st["ci"][0] <= m["value"] <= st["ci"][1]
     assert any("FutureWarning" in n and "deprecated thing" in n for n in entry["notes"])
 
 

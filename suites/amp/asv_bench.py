@@ -85,17 +85,17 @@ class AmpTrainStep:
         return {m: run_case("amp", "train_step", {"model": m}) for m in MODELS}
 
     def track_speedup(self, entries, model):
-        return metric_value(entries[model], "speedup[bf16]")
+        return metric_value(entries[model], "speedup", mode="bf16")
 
     track_speedup.unit = "x"
 
     def track_memory_ratio(self, entries, model):
-        return metric_value(entries[model], "memory_ratio[bf16]")
+        return metric_value(entries[model], "memory_ratio", mode="bf16")
 
     track_memory_ratio.unit = "x"
 
     def track_peak_bytes(self, entries, model):
-        return metric_value(entries[model], "peak_bytes[bf16]")
+        return metric_value(entries[model], "peak_bytes", mode="bf16")
 
     track_peak_bytes.unit = "bytes"
 
@@ -116,17 +116,17 @@ class AmpTrainStepCUDA:
         skip_without("cuda")
 
     def track_speedup(self, entries, model, mode):
-        return metric_value(entries[model], f"speedup[{mode}]")
+        return metric_value(entries[model], "speedup", mode=mode)
 
     track_speedup.unit = "x"
 
     def track_memory_ratio(self, entries, model, mode):
-        return metric_value(entries[model], f"memory_ratio[{mode}]")
+        return metric_value(entries[model], "memory_ratio", mode=mode)
 
     track_memory_ratio.unit = "x"
 
     def track_peak_bytes(self, entries, model, mode):
-        return metric_value(entries[model], f"peak_bytes[{mode}]")
+        return metric_value(entries[model], "peak_bytes", mode=mode)
 
     track_peak_bytes.unit = "bytes"
 
@@ -155,4 +155,4 @@ class GemmTflops:
         return run_case("amp", "gemm_ladder", {})
 
     def track_tflops(self, entry, n, dtype):
-        return metric_value(entry, f"tflops[{dtype},n={n}]")
+        return metric_value(entry, "tflops", dtype=dtype, n=n)

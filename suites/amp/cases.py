@@ -194,11 +194,13 @@ def accuracy_parity(ctx: Context) -> None:
     for m in modes:
         final = runs[m]["final_loss"]
         rel = abs(final - ref["final_loss"]) / ref["final_loss"]
-        ctx.metric(f"final_loss[{m}]", final, "MSE", kind="error", better="lower")
+        ctx.metric("final_loss", final, "MSE", kind="error", better="lower",
+                   labels={"mode": m})
         rows.append({"mode": m, "initial_loss": runs[m]["initial_loss"], "final_loss": final,
                      "difference_vs_fp32": rel})
         if m != "fp32":
-            ctx.metric(f"loss_difference[{m}]", 100 * rel, "%", kind="error", better="lower")
+            ctx.metric("loss_difference", 100 * rel, "%", kind="error", better="lower",
+                       labels={"mode": m})
             ctx.check(f"{m} ends within {PARITY_TOLERANCE:.0%} of the fp32 loss",
                       rel <= PARITY_TOLERANCE,
                       f"fp32 {ref['final_loss']:.5g}, {m} {final:.5g}: {rel:.3%} apart")
@@ -261,24 +263,23 @@ def train_step(ctx: Context) -> None:
                  for m in modes}
         scale_before = {m: s.scaler.get_scale() for m, s in steps.items() if s.scaler}
         # three warm-up steps: oneDNN/cuDNN pick their kernels, GradScaler settles its scale
-        timed = ctx.measure_side_by_side({f"time[{m}]": s for m, s in steps.items()},
-                                         rounds=5, warmup=3)
-        t = {m: timed[f"time[{m}]"] for m in modes}
+        t = ctx.measure_side_by_side(steps, name="time", label="mode", rounds=5, warmup=3)
         mem = {m: memory.step_memory(steps[m], ctx.device) for m in modes}
     # the ratios are what the summary line shows
     for m in modes[1:]:
-        ctx.metric(f"speedup[{m}]", t["fp32"].median / t[m].median, "x", kind="ratio",
-                   better="higher", headline=True)
-        ctx.metric(f"memory_ratio[{m}]", mem[m].peak / mem["fp32"].peak, "x", kind="ratio",
-                   better="lower", headline=True)
+        ctx.ratio("speedup", t["fp32"], t[m], labels={"mode": m}, headline=True)
+        # one figure per run (peak bytes are deterministic to within allocator noise)
+        ctx.metric("memory_ratio", mem[m].peak / mem["fp32"].peak, "x", kind="ratio",
+                   better="lower", headline=True, labels={"mode": m})
     rows = []
     for m in modes:
         tm = t[m]
-        ctx.metric(f"throughput[{m}]", batch / tm.median, "samples/s", kind="throughput",
-                   better="higher")
-        ctx.metric(f"peak_bytes[{m}]", mem[m].peak, "B", kind="bytes", better="lower")
-        ctx.metric(f"transient_bytes[{m}]", mem[m].transient, "B", kind="bytes",
-                   better="lower")
+        ctx.metric("throughput", batch / tm.median, "samples/s", kind="throughput",
+                   better="higher", labels={"mode": m}, samples=[batch / x for x in tm.times])
+        ctx.metric("peak_bytes", mem[m].peak, "B", kind="bytes", better="lower",
+                   labels={"mode": m})
+        ctx.metric("transient_bytes", mem[m].transient, "B", kind="bytes", better="lower",
+                   labels={"mode": m})
         row = {"mode": m, "step_ms": tm.median * 1e3, "iqr_ms": tm.iqr * 1e3,
                "samples_per_s": batch / tm.median, "speedup": t["fp32"].median / tm.median,
                "peak_MiB": mem[m].peak / 2**20, "transient_MiB": mem[m].transient / 2**20,
@@ -320,9 +321,9 @@ def gemm_ladder(ctx: Context) -> None:
     measured = {}
     with restored_backend_flags():
         for n in sizes:
-            fns = {f"time[{d},n={n}]": matmul(ctx.device, n, d) for d in dtypes}
-            timed = ctx.measure_side_by_side(fns, rounds=3, warmup=2)
-            measured[n] = {d: timed[f"time[{d},n={n}]"] for d in dtypes}
+            fns = {d: matmul(ctx.device, n, d) for d in dtypes}
+            measured[n] = ctx.measure_side_by_side(fns, name="time", label="dtype",
+                                                   labels={"n": n}, rounds=3, warmup=2)
     # the best each precision reached in this run: what the ladder climbs towards
     peak = {d: max(2 * n**3 / measured[n][d].median / 1e12 for n in sizes) for d in dtypes}
     rows = []
@@ -331,11 +332,11 @@ def gemm_ladder(ctx: Context) -> None:
         for d in dtypes:
             sec = t[d].median
             tflops = 2 * n**3 / sec / 1e12
-            ctx.metric(f"tflops[{d},n={n}]", tflops, "TFLOP/s", kind="throughput",
-                       better="higher", headline=n == max(sizes))
+            ctx.metric("tflops", tflops, "TFLOP/s", kind="throughput", better="higher",
+                       headline=n == max(sizes), labels={"dtype": d, "n": n},
+                       samples=[2 * n**3 / x / 1e12 for x in t[d].times])
             if d != "float32":
-                ctx.metric(f"speedup[{d},n={n}]", t["float32"].median / sec, "x", kind="ratio",
-                           better="higher")
+                ctx.ratio("speedup", t["float32"], t[d], labels={"dtype": d, "n": n})
             row = {"n": n, "dtype": d, "ms": sec * 1e3, "tflops": tflops,
                    "vs_float32": t["float32"].median / sec,
                    "of_measured_peak": tflops / peak[d]}
@@ -344,8 +345,8 @@ def gemm_ladder(ctx: Context) -> None:
                 row["of_datasheet"] = tflops / peaks[d]
             rows.append(row)
     for d in dtypes:
-        ctx.metric(f"measured_peak_tflops[{d}]", peak[d], "TFLOP/s", kind="throughput",
-                   better="higher")
+        ctx.metric("measured_peak_tflops", peak[d], "TFLOP/s", kind="throughput",
+                   better="higher", labels={"dtype": d})
     ctx.table("gemm", rows, show=True)
     if kind == "cpu":
         ctx.details.update(_cpu_details())

@@ -322,9 +322,8 @@ def step_time(ctx: Context, setup: Setup = None) -> None:
                             ("allreduce_dense_grads", "latency")):
         t = main[name]
         ctx.metric(f"{name}_time" if unit_kind == "time" else name, t.median, "s",
-                   kind=unit_kind, better="lower", stats=t.stats())
-    ctx.metric("overhead_vs_local", step / main["local_step"].median, "x", kind="ratio",
-               better="lower")
+                   kind=unit_kind, better="lower", samples=t)
+    ctx.ratio("overhead_vs_local", main["step"], main["local_step"], better="lower")
     rows = []
     for name in ("forward", "backward", "optimizer", "step", "local_step",
                  "rpc_embedding_forward", "allreduce_dense_grads"):

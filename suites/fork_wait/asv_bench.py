@@ -34,4 +34,4 @@ class ForkWaitSpeedup:
         return run_case("fork_wait", "scaling", {"interop_threads": 2})
 
     def track_speedup(self, entry, tasks):
-        return metric_value(entry, f"speedup[K={tasks}]")
+        return metric_value(entry, "speedup", K=tasks)

@@ -135,13 +135,13 @@ def scaling(ctx: Context, setup=None) -> None:
         serial_s, fork_s = res[k]["serial"], res[k]["fork"]
         speedup = serial_s["median"] / fork_s["median"]
         ideal = min(k, cores, threads)
-        ctx.metric(f"serial_time[K={k}]", serial_s["median"], "s", kind="time", better="lower",
-                   stats=serial_s)
-        ctx.metric(f"fork_time[K={k}]", fork_s["median"], "s", kind="time", better="lower",
-                   stats=fork_s)
-        ctx.metric(f"speedup[K={k}]", speedup, "x", kind="ratio", better="higher",
-                   headline=k > 1)
-        ctx.metric(f"ideal[K={k}]", ideal, "x", kind="value")
+        ctx.metric("serial_time", serial_s["median"], "s", kind="time", better="lower",
+                   labels={"K": k}, samples=serial_s["times"])
+        ctx.metric("fork_time", fork_s["median"], "s", kind="time", better="lower",
+                   labels={"K": k}, samples=fork_s["times"])
+        ctx.ratio("speedup", serial_s["times"], fork_s["times"], labels={"K": k},
+                  headline=k > 1)
+        ctx.metric("ideal", ideal, "x", kind="value", labels={"K": k})
         rows.append({"tasks": k, "interop_threads": threads, "serial_ms": serial_s["median"] * 1e3,
                      "fork_ms": fork_s["median"] * 1e3, "speedup": speedup, "ideal": ideal,
                      "efficiency": speedup / ideal})

@@ -43,7 +43,7 @@ class ProfilerOverhead:
         skip_without(device)
 
     def track_overhead(self, entries, device, mode):
-        return metric_value(entries[device], f"overhead[{mode}]")
+        return metric_value(entries[device], "overhead", mode=mode)
 
 
 class ProfilerMemoryError:
@@ -58,7 +58,7 @@ class ProfilerMemoryError:
         return run_case("profiler", "known_allocations", {})
 
     def track_max_abs_error(self, entry, api):
-        return metric_value(entry, f"max_abs_error[{api}]")
+        return metric_value(entry, "max_abs_error", api=api)
 
 
 class ProfilerTimeError:
@@ -73,4 +73,4 @@ class ProfilerTimeError:
         return run_case("profiler", "timing_accuracy", {})
 
     def track_time_error(self, entry, api):
-        return metric_value(entry, f"time_error[{api} 20 ms]")
+        return metric_value(entry, "time_error", api=api, region="20 ms")

@@ -129,10 +129,10 @@ def known_allocations(ctx: Context) -> None:
         for r in rows:  # the largest miss of any API so far, allocation or free
             r["error_B"] = max(r.get("error_B", 0), abs(r[f"{api}_B"] - r["truth_B"]),
                                abs(r[f"{api}_free_B"] + r["truth_B"]))
-        ctx.metric(f"max_abs_error[{api}]",
-                   max(max(abs(r[f"{api}_B"] - r["truth_B"]),
-                           abs(r[f"{api}_free_B"] + r["truth_B"])) for r in rows),
-                   "B", kind="error", better="lower")
+        worst = max(max(abs(r[f"{api}_B"] - r["truth_B"]), abs(r[f"{api}_free_B"] + r["truth_B"]))
+                    for r in rows)
+        ctx.metric("max_abs_error", worst, labels={"api": api},
+                   unit="B", kind="error", better="lower")
     for r in rows:
         r["error_B"] = r.pop("error_B")  # last column
     ctx.metric("allocations", len(rows), "", kind="count")
@@ -311,8 +311,8 @@ def peak_memory(ctx: Context) -> None:
                               peak == analytic, f"reconstructed {peak} B, analytic {analytic} B")
                 ctx.check(f"{api}: {name} frees balance allocations", final == 0,
                           f"{final} B still live at the end by the records")
-            ctx.metric(f"peak_abs_error[{api} {name}]", abs(peak - want), "B", kind="error",
-                       better="lower")
+            ctx.metric("peak_abs_error", abs(peak - want), "B", kind="error",
+                       better="lower", labels={"api": api, "program": name})
     ctx.table("peak", rows, show=True)
     ctx.note("the legacy API keeps no time-stamped memory records: peaks cover the Kineto "
              "APIs (torch.profiler.profile, torch.autograd.profiler.profile)")
@@ -378,10 +378,10 @@ def timing_accuracy(ctx: Context) -> None:
                           abs(err) <= TIME_TOLERANCE,
                           f"median error {err:+.2%} over {len(pairs)} regions "
                           f"(reported {r * 1e3:.4g} ms, truth {m * 1e3:.4g} ms)")
-            ctx.metric(f"time_error[{api} {lb}]", abs(err) * 100, "%", kind="error",
-                       better="lower")
-        ctx.metric(f"region_offset[{api}]", statistics.median(offsets), "s", kind="error",
-                   better="lower")
+            ctx.metric("time_error", abs(err) * 100, "%", kind="error", better="lower",
+                       labels={"api": api, "region": lb})
+        ctx.metric("region_offset", statistics.median(offsets), "s", kind="error",
+                   better="lower", labels={"api": api}, samples=offsets)
     ctx.table("timing_accuracy", list(rows.values()), show=True)
     ctx.note(f"tolerance {TIME_TOLERANCE:.0%} of the true duration, median of {REPEATS} "
              "regions; truth is "
@@ -439,18 +439,19 @@ def overhead(ctx: Context) -> None:
     """A resnet18 training step with the profiler off, on, with memory, with shapes: times
     and ratios to off, interleaved in one run."""
     p = ctx.params
-    fns = {f"step[{m}]": model_step(ctx.device, m, p["batch"], p["image"])
-           for m in PROFILER_MODES}
+    fns = {m: model_step(ctx.device, m, p["batch"], p["image"]) for m in PROFILER_MODES}
     # more rounds than the default 3: each contender's blocks are spread over the run
-    t = ctx.measure_side_by_side(fns, min_run_time=3 * ctx.min_run_time, rounds=5)
-    off = t["step[off]"].median
+    t = ctx.measure_side_by_side(fns, name="step", label="mode",
+                                 min_run_time=3 * ctx.min_run_time, rounds=5)
+    off = t["off"].median
     rows = []
     for m in PROFILER_MODES:
-        ratio = t[f"step[{m}]"].median / off
+        ratio = t[m].median / off
         if m != "off":
-            ctx.metric(f"overhead[{m}]", ratio, "x", kind="ratio", better="lower", headline=True)
-        rows.append({"mode": m, "median_ms": t[f"step[{m}]"].median * 1e3,
-                     "iqr_ms": t[f"step[{m}]"].iqr * 1e3, "ratio_to_off": ratio})
+            ctx.ratio("overhead", t[m], t["off"], better="lower", headline=True,
+                      labels={"mode": m})
+        rows.append({"mode": m, "median_ms": t[m].median * 1e3,
+                     "iqr_ms": t[m].iqr * 1e3, "ratio_to_off": ratio})
     ctx.table("overhead", rows, show=True)
     ctx.details["step"] = {"model": "resnet18", "batch": p["batch"], "image": p["image"],
                            "threads": torch.get_num_threads(), "profiler": "torch.profiler"}

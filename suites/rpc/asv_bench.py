@@ -107,17 +107,18 @@ class RoundTripPercentiles:
         return run_case("rpc", "round_trip", {})
 
     def track_p50(self, entry, path, nbytes):
-        return metric_value(entry, f"p50[{path},{cases.size_label(nbytes)}]")
+        return metric_value(entry, "p50", path=path, bytes=nbytes)
 
     def track_p99(self, entry, path, nbytes):
-        return metric_value(entry, f"p99[{path},{cases.size_label(nbytes)}]")
+        return metric_value(entry, "p99", path=path, bytes=nbytes)
 
 
-# ratio name -> metric name before the size: each path over its run's TCP floor, the suite's
-# sampling over a bare rpc_sync loop, uv over shm (each through its own floor)
-RATIOS = {f"{p}/floor": f"over_floor[{p}," for p in ["tp_builtin", "tp_python", "gloo",
-                                                     "tp_shm", "tp_uv"]}
-RATIOS.update({"tp_builtin/bare_loop": "suite_over_bare_loop[", "tp_uv/tp_shm": "uv_over_shm["})
+# ratio name -> (metric name, labels besides the size): each path over its run's TCP floor,
+# the suite's sampling over a bare rpc_sync loop, uv over shm (each through its own floor)
+RATIOS = {f"{p}/floor": ("over_floor", {"path": p}) for p in ["tp_builtin", "tp_python", "gloo",
+                                                              "tp_shm", "tp_uv"]}
+RATIOS.update({"tp_builtin/bare_loop": ("suite_over_bare_loop", {}),
+               "tp_uv/tp_shm": ("uv_over_shm", {})})
 
 
 class RoundTripRatios:
@@ -132,7 +133,8 @@ class RoundTripRatios:
         return run_case("rpc", "round_trip", {})
 
     def track_ratio(self, entry, ratio, nbytes):
-        return metric_value(entry, f"{RATIOS[ratio]}{cases.size_label(nbytes)}]")
+        name, labels = RATIOS[ratio]
+        return metric_value(entry, name, bytes=nbytes, **labels)
 
 
 class BatchedUpdateSpeedup:

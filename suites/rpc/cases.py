@@ -314,16 +314,17 @@ def round_trip(ctx: Context, setup: Callable[[], None] | None = None) -> None:
             floor = res["sizes"][nbytes][floor_key]["p50"]
             p50[key, nbytes] = st["p50"]
             is_floor = inner == floor_key
+            ids = {"path": key, "bytes": nbytes}
             for q in ("p50", "p90", "p99"):
-                ctx.metric(f"{q}[{key},{label}]", st[q], "s", kind="latency", better="lower",
-                           stats=st if q == "p50" else None)
+                ctx.metric(q, st[q], "s", kind="latency", better="lower", labels=ids,
+                           samples=st["samples"], q=int(q[1:]) / 100)
             if not is_floor:
-                ctx.metric(f"over_floor[{key},{label}]", st["p50"] / floor, "x", kind="ratio",
-                           better="lower")
+                ctx.ratio("over_floor", st["samples"], res["sizes"][nbytes][floor_key]["samples"],
+                          better="lower", labels=ids)
             bandwidth = 2 * nbytes / st["p50"]  # bytes crossing per second, both ways
             if nbytes >= BANDWIDTH_FROM:
-                ctx.metric(f"bandwidth[{key},{label}]", bandwidth, "B/s", kind="throughput",
-                           better="higher")
+                ctx.metric("bandwidth", bandwidth, "B/s", kind="throughput", better="higher",
+                           labels=ids, samples=[2 * nbytes / x for x in st["samples"]])
             rows.append({"size": label, "path": key, "p50_us": st["p50"] * 1e6,
                          "p90_us": st["p90"] * 1e6, "p99_us": st["p99"] * 1e6,
                          "x_floor": None if is_floor else st["p50"] / floor,
@@ -335,7 +336,8 @@ def round_trip(ctx: Context, setup: Callable[[], None] | None = None) -> None:
     for nbytes in sizes:
         uv = p50["tp_uv", nbytes] / p50["tcp@uv", nbytes]
         shm = p50["tp_shm", nbytes] / p50["tcp@shm", nbytes]
-        ctx.metric(f"uv_over_shm[{size_label(nbytes)}]", uv / shm, "x", kind="ratio")
+        # a ratio of ratios from two launches: one figure, no samples of its own
+        ctx.metric("uv_over_shm", uv / shm, "x", kind="ratio", labels={"bytes": nbytes})
     ctx.table("round_trip", rows, show=True)
     ctx.table("p50_us_and_over_floor", _closing_rows(p50, sizes), show=True)
     spreads = [r["spread_pct"] for r in rows]
@@ -354,21 +356,22 @@ def round_trip(ctx: Context, setup: Callable[[], None] | None = None) -> None:
     ctx.details.update(plan=dataclasses.asdict(plan), sizes=sizes, in_flight=IN_FLIGHT,
                        sockets={"default": main["sockets"],
                                 **{t: forced[t]["sockets"] for t in FORCED}})
-    headline = {f"p50[{k},4B]" for k in ("tp_builtin", "gloo", "tcp")} | {
-        "suite_over_bare_loop[4B]"}
-    ctx.metrics.sort(key=lambda m: m.name not in headline)  # stable: headline figures first
+    for m in ctx.metrics:  # the figures the summary shows first
+        m.headline = m.labels.get("bytes") == 4 and (
+            m.name == "suite_over_bare_loop"
+            or (m.name == "p50" and m.labels["path"] in ("tp_builtin", "gloo", "tcp")))
 
 
 def _bare_loop(ctx: Context, main: dict, sizes: list[int]) -> None:
     rows = []
     for nbytes in sizes:
         label = size_label(nbytes)
-        suite_p50 = main["sizes"][nbytes]["tp_builtin"]["p50"]
-        bare_p50 = main["sizes"][nbytes]["bare_loop"]["p50"]
-        ratio = suite_p50 / bare_p50
-        ctx.metric(f"suite_over_bare_loop[{label}]", ratio, "x", kind="ratio")
-        rows.append({"size": label, "suite_p50_us": suite_p50 * 1e6,
-                     "bare_loop_p50_us": bare_p50 * 1e6, "ratio": ratio,
+        suite_st, bare_st = (main["sizes"][nbytes][k] for k in ("tp_builtin", "bare_loop"))
+        ratio = suite_st["p50"] / bare_st["p50"]
+        ctx.ratio("suite_over_bare_loop", suite_st["samples"], bare_st["samples"], better=None,
+                  labels={"bytes": nbytes})
+        rows.append({"size": label, "suite_p50_us": suite_st["p50"] * 1e6,
+                     "bare_loop_p50_us": bare_st["p50"] * 1e6, "ratio": ratio,
                      "within_10pct": abs(ratio - 1) <= BARE_LOOP_TOLERANCE})
     met = all(r["within_10pct"] for r in rows)
     ctx.note(f"target: suite TensorPipe p50 within {BARE_LOOP_TOLERANCE:.0%} of a bare "
@@ -386,10 +389,12 @@ def _in_flight(ctx: Context, main: dict, sizes: list[int]) -> None:
         label = size_label(nbytes)
         rate = {k: IN_FLIGHT / v["median"] for k, v in got.items()}
         for k, r in rate.items():
-            ctx.metric(f"calls_per_s[{k} x{IN_FLIGHT},{label}]", r, "calls/s",
-                       kind="throughput", better="higher", stats=got[k])
+            ctx.metric("calls_per_s", r, "calls/s", kind="throughput", better="higher",
+                       labels={"call": k, "in_flight": IN_FLIGHT, "bytes": nbytes},
+                       samples=[IN_FLIGHT / x for x in got[k]["times"]])
         speedup = rate["rpc_async"] / rate["rpc_sync"]
-        ctx.metric(f"async_speedup[{label}]", speedup, "x", kind="ratio", better="higher")
+        ctx.ratio("async_speedup", got["rpc_sync"]["times"], got["rpc_async"]["times"],
+                  labels={"bytes": nbytes})
         rows.append({"size": label, "rpc_sync_calls_s": rate["rpc_sync"],
                      "rpc_async_calls_s": rate["rpc_async"], "in_flight": IN_FLIGHT,
                      "speedup": speedup})
@@ -428,10 +433,10 @@ def batched_update(ctx: Context, setup: Callable[[], None] | None = None) -> Non
     rate = {}
     for name, st in res.items():
         rate[name] = n / st["median"]
-        ctx.metric(f"updates_per_s[{name}]", rate[name], "updates/s", kind="throughput",
-                   better="higher", stats=st)
-    ctx.metric("async_over_blocking", rate["async_execution"] / rate["blocking"], "x",
-               kind="ratio", better="higher")
+        ctx.metric("updates_per_s", rate[name], "updates/s", kind="throughput",
+                   better="higher", labels={"variant": name},
+                   samples=[n / x for x in st["times"]])
+    ctx.ratio("async_over_blocking", res["blocking"]["times"], res["async_execution"]["times"])
     ctx.table("batched_update", [
         {"variant": name, "server_threads": threads[2 if "few" in name else 1],
          "requests": n, "batch_ms": res[name]["median"] * 1e3, "updates_s": r}

@@ -99,4 +99,5 @@ def summarize(passes: list[np.ndarray]) -> dict[str, float | int | list[float]]:
         "pass_p50": pass_p50,
         # how far apart the two passes' medians are, as a share of the smaller one
         "pass_spread": float(max(pass_p50) / min(pass_p50) - 1.0),
+        "samples": samples.tolist(),  # every call, in time order per pass
     }

@@ -1,0 +1,171 @@
+"""`release-bench ab A B`: the same cases in two Python environments, interleaved on one machine.
+
+A and B are two torch builds (a venv folder or a Python executable each), or the same one twice
+for an A/A check. Every suite runs in a fresh process per side and round, in the order
+A B B A A B ..., so that drift over the session (a neighbour, thermal state, the page cache)
+falls on both sides alike and the variance between processes, which dominates on a shared
+machine, is sampled on each side. Each side's rounds are merged into one run (samples pooled,
+contended rounds left out), and the two merged runs are judged by `harness.compare`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness import compare, records, stats
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTCOME_ORDER = ("error", "fail", "invalid", "pass", "skip")  # the worst first
+
+
+class AbError(Exception):
+    """An environment that cannot run the suites (the message is one line)."""
+
+
+def python_of(spec: str) -> Path:
+    """The Python executable of a venv folder, or the executable itself."""
+    p = Path(spec)
+    if p.is_dir():
+        for candidate in (p / "bin" / "python", p / "Scripts" / "python.exe"):
+            if candidate.exists():
+                return candidate
+        raise AbError(f"{spec}: not a virtual environment (no bin/python)")
+    if p.is_file() and os.access(p, os.X_OK):
+        return p
+    raise AbError(f"{spec}: neither a venv folder nor a Python executable")
+
+
+def _env() -> dict[str, str]:
+    # the project from this checkout, whatever the environment has installed
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return os.environ | {"PYTHONPATH": path}
+
+
+def torch_version(python: Path) -> str:
+    """torch's version in that environment; raises AbError when it cannot run the
+    suites."""
+    out = subprocess.run([str(python), "-c", "import harness.cli, torch; print(torch.__version__)"],
+                         capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["exit status " + str(out.returncode)])[-1]
+        raise AbError(f"{python}: cannot run the suites ({last})")
+    return out.stdout.strip()
+
+
+def schedule(rounds: int) -> list[str]:
+    """A B B A A B ...: each side goes first in half of the rounds."""
+    return [s for r in range(rounds) for s in (("A", "B") if r % 2 == 0 else ("B", "A"))]
+
+
+def run_round(python: Path, suite: str, args: list[str], out: Path, log: Path) -> Path | None:
+    """One fresh process running one suite; the run file it wrote, or None."""
+    cmd = [str(python), "-m", "harness.cli", "run", "--suite", suite, "--out", str(out), *args]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as f:
+        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_env(), cwd=ROOT,
+                       check=False)
+    try:
+        return records.resolve_run(out)
+    except records.RecordError:
+        return None
+
+
+def _merge_metric(ms: list[dict]) -> dict:
+    """Several rounds' figures of one metric as one: the median of the rounds' values, their
+    samples pooled."""
+    first = ms[0]
+    out = {k: v for k, v in first.items() if k not in ("samples", "stats", "value")}
+    values = [m["value"] for m in ms if m.get("value") is not None]
+    out["value"] = float(np.median(values)) if values else None
+    pooled = [x for m in ms for x in (m.get("samples") or [])]
+    if pooled:
+        q = float((first.get("stats") or {}).get("q", 0.5))
+        out["samples"] = stats.thin(pooled)
+        out["stats"] = stats.summarize(pooled, q=q,
+                                       count=sum((m.get("stats") or {}).get("n", 0) for m in ms))
+    return out
+
+
+def merge_entries(entries: list[dict]) -> dict:
+    """One result entry from the rounds of one case; contended rounds are left out of its
+    figures (and said so), unless every round was contended."""
+    valid = [e for e in entries if not compare._invalid(e)]
+    used = valid or entries
+    merged = dict(used[0])
+    merged["outcome"] = min((e["outcome"] for e in entries), key=OUTCOME_ORDER.index)
+    merged["reason"] = next((e["reason"] for e in entries if e["outcome"] == merged["outcome"]
+                             and e["reason"]), "")
+    by_metric: dict[Any, list[dict]] = {}
+    for e in used:
+        for m in e["metrics"]:
+            by_metric.setdefault(compare.metric_key(m), []).append(m)
+    merged["metrics"] = [_merge_metric(ms) for ms in by_metric.values()]
+    merged["notes"] = list(dict.fromkeys(n for e in entries for n in e.get("notes", [])))
+    if len(valid) < len(entries):
+        merged["notes"].append(f"ab: {len(entries) - len(valid)} of {len(entries)} rounds "
+                               f"measured contended; "
+                               + ("left out of the figures" if valid else "all kept: none valid"))
+    if not valid:
+        merged["telemetry"] = entries[0].get("telemetry")
+    else:
+        merged["telemetry"] = valid[0].get("telemetry")
+    merged["elapsed_s"] = sum(e.get("elapsed_s", 0) for e in entries)
+    merged["details"] = {"rounds": len(entries), "rounds_used": len(used)}
+    return merged
+
+
+def merge_runs(runs: list[dict]) -> dict:
+    """One run per side: its cases in first-seen order, each merged over the rounds."""
+    grouped: dict[str, list[dict]] = {}
+    for run in runs:
+        for e in run["results"]:
+            grouped.setdefault(compare.result_key(e), []).append(e)
+    merged = dict(runs[0])
+    merged["results"] = [merge_entries(es) for es in grouped.values()]
+    merged["started"] = min(r["started"] for r in runs)
+    merged["finished"] = max((r["finished"] or r["started"]) for r in runs)
+    merged["notes"] = [f"merged from {len(runs)} runs (fresh processes, interleaved)"]
+    return merged
+
+
+def ab(a: str, b: str, suites: list[str], run_args: list[str], rounds: int, out_dir: Path,
+       progress: Callable[[str], None],
+       thresholds: dict[str, float] | None = None) -> dict[str, Any]:
+    """Run the A/B comparison; returns {"A": run, "B": run, "changes": [...], "dir": Path}."""
+    pythons = {"A": python_of(a), "B": python_of(b)}
+    versions = {side: torch_version(p) for side, p in pythons.items()}
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    base = out_dir / f"ab-{stamp}"
+    order = schedule(rounds)
+    rounds_of: dict[str, list[dict]] = {"A": [], "B": []}
+    step, total = 0, len(suites) * len(order)
+    for suite in suites:
+        for i, side in enumerate(order):
+            step += 1
+            where = base / "rounds" / f"{suite}-{i:02d}-{side}"
+            progress(f"[{step}/{total}] {side} {suite} (round {i // 2 + 1}) ...")
+            t0 = time.perf_counter()
+            path = run_round(pythons[side], suite, run_args, where, base / f"{side}.log")
+            if path is None:
+                raise AbError(f"side {side} wrote no run for suite {suite}; see "
+                                        f"{base / f'{side}.log'}")
+            rounds_of[side].append(records.read_run(path))
+            progress(f"[{step}/{total}] {side} {suite} done in {time.perf_counter() - t0:.0f} s")
+    merged = {side: merge_runs(runs) for side, runs in rounds_of.items()}
+    for side in merged:
+        merged[side]["ab"] = {"side": side, "python": str(pythons[side]), "rounds": rounds,
+                              "torch": versions[side], "schedule": "".join(order)}
+        records.write_json_atomic(base / f"{side}.json", records.scrub_paths(merged[side]))
+    changes = compare.compare_runs(merged["A"], merged["B"],
+                                   {**compare.AB_THRESHOLDS, **(thresholds or {})})
+    records.write_json_atomic(base / "comparison.json", {
+        "A": versions["A"], "B": versions["B"], "rounds": rounds,
+        "counts": compare.counts(changes), "changes": [c.to_json() for c in changes]})
+    return {**merged, "changes": changes, "dir": base, "versions": versions}

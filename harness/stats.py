@@ -1,0 +1,135 @@
+"""One set of statistics for every metric, and the tests `compare` judges changes with.
+
+Every measured metric keeps its samples (at most `MAX_SAMPLES`, thinned evenly, with the true
+count) and the same statistics: n, median, p25, p75 and a confidence interval for the quantile
+the metric reports (the median for a time, 0.9 for a p90), distribution-free, from
+`scipy.stats.quantile_test`. A derived metric (a ratio of medians, a speedup) gets its interval
+from a bootstrap over its inputs' samples (`scipy.stats.bootstrap`). Nothing here is
+hand-written statistics: scipy computes, this module chooses.
+
+Two metrics are compared with a two-sample test on their samples: Mann-Whitney U for a
+median, and for a tail quantile a Fisher exact test on how many samples of each side fall
+above the baseline's quantile (a Mood-type quantile test): a shift of p99 need not move the
+median. `adjust` corrects the p-values of many metrics for their number (Benjamini-Hochberg).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+MAX_SAMPLES = 256  # samples kept per metric in a record
+CI_LEVEL = 0.95
+ALPHA = 0.05  # false-discovery rate over all the metrics one comparison judges
+MIN_SAMPLES = 3  # fewer per side cannot make any test significant: the metric is unverified
+BOOTSTRAP_RESAMPLES = 999
+
+
+def thin(samples: Sequence[float], limit: int = MAX_SAMPLES) -> list[float]:
+    """At most `limit` of `samples`, evenly spaced, in their order (order is time order)."""
+    n = len(samples)
+    if n <= limit:
+        return [float(x) for x in samples]
+    idx = np.linspace(0, n - 1, limit).round().astype(int)
+    return [float(samples[i]) for i in idx]
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+def quantile_ci(samples: Sequence[float], q: float = 0.5,
+                level: float = CI_LEVEL) -> tuple[float | None, float | None]:
+    """Distribution-free confidence interval of the `q` quantile (order statistics); an end
+    that `samples` are too few to give is None."""
+    x = np.asarray(samples, dtype=float)
+    if x.size < 2:
+        return None, None
+    ci = sps.quantile_test(x, q=float(np.quantile(x, q)), p=q).confidence_interval(level)
+    return _finite(ci.low), _finite(ci.high)
+
+
+def summarize(samples: Sequence[float], q: float = 0.5, count: int | None = None,
+              ci: tuple[float | None, float | None] | None = None) -> dict:
+    """The statistics a record keeps beside a metric: n, median, p25, p75, the quantile `q`
+    the metric reports, and its confidence interval (`ci` when given: a derived metric's)."""
+    x = np.asarray(samples, dtype=float)
+    if x.size == 0:
+        return {"n": count or 0}
+    p25, p50, p75 = np.percentile(x, [25, 50, 75])
+    lo, hi = ci if ci is not None else quantile_ci(x, q)
+    out = {"n": int(count if count is not None else x.size), "median": float(p50),
+           "p25": float(p25), "p75": float(p75), "q": q, "ci": [lo, hi], "ci_level": CI_LEVEL}
+    if q != 0.5:
+        out[f"p{round(q * 100):g}"] = float(np.quantile(x, q))
+    return out
+
+
+def bootstrap_ci(statistic: Callable[..., np.ndarray], *samples: Sequence[float],
+                 level: float = CI_LEVEL,
+                 paired: bool = False) -> tuple[float | None, float | None]:
+    """Percentile-bootstrap interval of `statistic(*samples, axis=-1)` (vectorised), with a
+    fixed seed so that a record is reproducible; (None, None) when a sample is too small."""
+    data = [np.asarray(s, dtype=float) for s in samples]
+    if any(d.size < 2 for d in data) or (paired and len({d.size for d in data}) > 1):
+        return None, None
+    res = sps.bootstrap(data, statistic, paired=paired, vectorized=True, method="percentile",
+                        n_resamples=BOOTSTRAP_RESAMPLES, confidence_level=level,
+                        rng=np.random.default_rng(0))
+    return _finite(res.confidence_interval.low), _finite(res.confidence_interval.high)
+
+
+def median_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.median(a, axis=axis) / np.median(b, axis=axis)
+
+
+def ratio_of_medians_ci(num: Sequence[float], den: Sequence[float],
+                        level: float = CI_LEVEL) -> tuple[float | None, float | None]:
+    """Interval of median(num) / median(den) for two independent sets of samples."""
+    return bootstrap_ci(median_ratio, num, den, level=level)
+
+
+def quantile_ratio_ci(a: Sequence[float], b: Sequence[float], q: float = 0.5,
+                      level: float = CI_LEVEL) -> tuple[float | None, float | None]:
+    """Interval of quantile_q(b) / quantile_q(a): a change between two runs."""
+
+    def stat(x, y, axis=-1):
+        return np.quantile(y, q, axis=axis) / np.quantile(x, q, axis=axis)
+
+    return bootstrap_ci(stat, a, b, level=level)
+
+
+def shift_pvalue(a: Sequence[float], b: Sequence[float], q: float = 0.5) -> float | None:
+    """Two-sided p-value that `a` and `b` differ at their `q` quantile; None when either side
+    has fewer than MIN_SAMPLES samples."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.size < MIN_SAMPLES or y.size < MIN_SAMPLES:
+        return None
+    if q == 0.5:
+        return float(sps.mannwhitneyu(x, y, alternative="two-sided").pvalue)
+    # how many calls of each side are slower than the baseline's q quantile: (1 - q) of
+    # them on both sides when nothing changed
+    cut = np.quantile(x, q)
+    table = [[int((x > cut).sum()), int((x <= cut).sum())],
+             [int((y > cut).sum()), int((y <= cut).sum())]]
+    return float(sps.fisher_exact(table).pvalue)
+
+
+def adjust(pvalues: Sequence[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values (false-discovery rate over all the tests)."""
+    if not pvalues:
+        return []
+    return [float(p) for p in sps.false_discovery_control(np.asarray(pvalues), method="bh")]
+
+
+def detectable_change(samples: Sequence[float], q: float = 0.5) -> float | None:
+    """The relative half-width of the metric's interval: changes smaller than this cannot be
+    told from noise with one run's samples."""
+    lo, hi = quantile_ci(samples, q)
+    mid = float(np.quantile(np.asarray(samples, dtype=float), q)) if len(samples) else 0.0
+    if lo is None or hi is None or mid == 0:
+        return None
+    return (hi - lo) / 2 / abs(mid)

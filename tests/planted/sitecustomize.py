@@ -1,0 +1,75 @@
+"""A planted slowdown, for the tests and measurements of `compare` and `ab` (never installed).
+
+Put this folder first on PYTHONPATH and set RELEASE_BENCH_PLANT, e.g. "matmul=0.25,rpc_us=100":
+every Python process of that environment, spawned workers included, then runs with
+
+- matmul=F: torch's linear, conv and matmul calls (torch.nn.functional.linear/conv1d/2d/3d,
+  torch.matmul/mm/bmm/addmm and the @ operator) taking F longer: each call is timed and
+  followed by a busy-wait of F times its duration; where the output needs a gradient, its
+  backward waits F times twice the forward's duration (a backward costs about two forwards);
+- rpc_us=N: every rpc_sync, rpc_async and remote call N microseconds longer (a busy-wait
+  before the call).
+
+TorchScript code (fork/wait) calls its ops without Python, so it is not slowed: those
+metrics are the ones that must stay unflagged.
+"""
+
+import os
+import time
+
+_PLANT = os.environ.get("RELEASE_BENCH_PLANT", "")
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _slowed(fn, factor: float):
+    import torch
+
+    def slowed(*args, **kwargs):
+        t0 = time.perf_counter()
+        out = fn(*args, **kwargs)
+        if isinstance(out, torch.Tensor) and out.is_cuda:
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - t0
+        _spin(factor * elapsed)
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            out.register_hook(lambda g: (_spin(2 * factor * elapsed), g)[1])
+        return out
+
+    slowed.__wrapped__ = fn
+    return slowed
+
+
+def _plant(spec: str) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    opts = dict(kv.split("=") for kv in spec.split(",") if kv)
+    if "matmul" in opts:
+        f = float(opts["matmul"])
+        for name in ("linear", "conv1d", "conv2d", "conv3d"):
+            setattr(F, name, _slowed(getattr(F, name), f))
+        for name in ("matmul", "mm", "bmm", "addmm"):
+            setattr(torch, name, _slowed(getattr(torch, name), f))
+        torch.Tensor.__matmul__ = _slowed(torch.Tensor.__matmul__, f)
+        torch.Tensor.matmul = _slowed(torch.Tensor.matmul, f)
+    if "rpc_us" in opts:
+        from torch.distributed import rpc
+
+        delay = float(opts["rpc_us"]) * 1e-6
+        for name in ("rpc_sync", "rpc_async", "remote"):
+            original = getattr(rpc, name)
+
+            def delayed(*args, _original=original, **kwargs):
+                _spin(delay)
+                return _original(*args, **kwargs)
+
+            setattr(rpc, name, delayed)
+
+
+if _PLANT:
+    _plant(_PLANT)

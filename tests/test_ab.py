@@ -1,0 +1,57 @@
+"""`release-bench ab`: two environments interleaved in fresh processes. The same one twice
+flags nothing; one with matmul planted 25% slower is flagged where matmul is timed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import records
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "planted"))
+from wrap import planted_python  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]
+BIN = Path(sys.executable).parent
+
+
+def _ab(a, b, out: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    proc = subprocess.run([BIN / "release-bench", "ab", str(a), str(b), "--suite", "amp",
+                           "--case", "gemm", "--rounds", "2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    (where,) = list(out.glob("ab-*"))
+    return proc, json.loads((where / "comparison.json").read_text())
+
+
+def _flagged(comparison: dict, verdict: str) -> set[tuple]:
+    return {(c["metric"], tuple(sorted(c["labels"].items()))) for c in comparison["changes"]
+            if c["verdict"] == verdict}
+
+
+def test_ab_of_one_environment_against_itself_flags_nothing(tmp_path):
+    proc, cmp = _ab(sys.executable, sys.executable, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    assert cmp["counts"]["regression"] == 0 and cmp["counts"]["improvement"] == 0, proc.stdout
+    judged = [c for c in cmp["changes"] if c["adjusted"] is not None]
+    assert len(judged) >= 10  # the GEMM times and TFLOP/s were tested, not waved through
+    where = next(tmp_path.glob("ab-*"))
+    for side in ("A", "B"):  # both sides' merged runs are kept and readable
+        run = records.read_run(where / f"{side}.json")
+        assert run["ab"]["schedule"] == "ABBA"
+        assert all(e["details"]["rounds"] == 2 for e in run["results"])
+
+
+def test_ab_flags_a_planted_matmul_slowdown_and_leaves_the_ratios_alone(tmp_path):
+    slow = planted_python(tmp_path / "slow-python", "matmul=0.25", sys.executable)
+    proc, cmp = _ab(sys.executable, slow, tmp_path / "out")
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
+    regressions = _flagged(cmp, "regression")
+    times = {k for k in regressions if k[0] == "time"}
+    assert len(times) >= 0.95 * sum(1 for c in cmp["changes"] if c["metric"] == "time")
+    assert any(k[0] == "tflops" for k in regressions)
+    # bf16 and fp32 are slowed alike, so their speedup ratio must not move
+    assert not any(k[0] == "speedup" for k in regressions | _flagged(cmp, "improvement"))

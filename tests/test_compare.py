@@ -1,0 +1,214 @@
+"""Verdicts: one set of statistics per metric, a test plus a tolerance, corrected for the number
+of metrics; unverified without samples; history bands; the machine guard."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import compare, records, stats
+from harness.cases import Context
+
+BIN = Path(sys.executable).parent
+MACHINE = {"name": "m", "cpu": {"model": "Xeon", "logical_cores": 2,
+                                "flags": {"avx512f": True, "amx_tile": True}}, "gpus": []}
+
+
+def _samples(rng, centre: float, n: int = 40, spread: float = 0.03) -> list[float]:
+    return list(centre * rng.lognormal(0.0, spread, n))
+
+
+def _run(metrics: list[dict], machine: dict | None = None, **entry) -> dict:
+    run = records.new_run(copy.deepcopy(machine or MACHINE), "quick")
+    run["results"] = [{"suite": "s", "case": "c", "kind": "benchmark", "device": "cpu",
+                       "params": {}, "outcome": "pass", "reason": "", "metrics": metrics,
+                       **entry}]
+    return run
+
+
+def _metric(name: str, samples: list[float] | None, kind: str = "time", q: float = 0.5,
+            labels: dict | None = None, value: float | None = None) -> dict:
+    ctx = Context("cpu", "quick", {})
+    if samples is None:
+        m = ctx.metric(name, value, "s", kind=kind, better="lower", labels=labels)
+    else:
+        m = ctx.metric(name, float(np.quantile(samples, q)) if value is None else value, "s",
+                       kind=kind, better="lower", samples=samples, q=q, labels=labels)
+    return m.to_json()
+
+
+def test_summary_keeps_bounded_samples_and_one_set_of_statistics():
+    xs = list(np.random.default_rng(0).lognormal(0, 0.1, 1000))
+    m = _metric("t", xs)
+    assert len(m["samples"]) == stats.MAX_SAMPLES and m["stats"]["n"] == 1000
+    st = m["stats"]
+    assert st["p25"] <= st["median"] <= st["p75"]
+    assert st["ci"][0] <= st["median"] <= st["ci"][1]
+    assert set(st) >= {"n", "median", "p25", "p75", "ci", "ci_level"}
+    records.validate(_run([m]))
+
+
+def test_a_ratio_carries_a_bootstrap_interval_from_its_inputs():
+    rng = np.random.default_rng(1)
+    ctx = Context("cpu", "quick", {})
+    m = ctx.ratio("speedup", _samples(rng, 2.0), _samples(rng, 1.0))
+    lo, hi = m.stats["ci"]
+    assert lo < m.value < hi and 1.9 < lo and hi < 2.1
+    assert len(m.samples) == 40  # paired block ratios, what compare tests
+
+
+def test_identical_distributions_across_many_metrics_flag_nothing():
+    """300 metrics drawn from the same distributions on both sides: the corrected tests
+    leave every one unflagged, though some move past a tolerance by chance."""
+    rng = np.random.default_rng(2)
+    a = _run([_metric("t", _samples(rng, 1.0, spread=0.2), labels={"i": i}) for i in range(300)])
+    b = _run([_metric("t", _samples(rng, 1.0, spread=0.2), labels={"i": i}) for i in range(300)])
+    changes = compare.compare_runs(a, b, {"time": 0.02})
+    assert sum(abs(c.beyond) for c in changes) > 10  # the tolerance alone would cry wolf
+    assert compare.counts(changes)["regression"] == 0
+    assert compare.counts(changes)["improvement"] == 0
+
+
+def test_a_real_slowdown_is_a_regression_with_its_interval():
+    rng = np.random.default_rng(3)
+    a = _run([_metric("t", _samples(rng, 1.0)), _metric("u", _samples(rng, 1.0))])
+    b = _run([_metric("t", _samples(rng, 1.25)), _metric("u", _samples(rng, 1.0))])
+    changes = {c.metric: c for c in compare.compare_runs(a, b)}
+    assert changes["t"].verdict == "regression"
+    lo, hi = changes["t"].interval
+    assert lo < 1.25 < hi and lo > 1.15
+    assert changes["u"].verdict == "unchanged"
+    assert compare.fmt_change(changes["t"]).startswith(f"{changes['t'].factor:.3g}x [")
+
+
+def test_a_tail_shift_is_judged_on_the_tail():
+    """p99 moves (a slow mode appears) while the median does not: the quantile test sees it."""
+    rng = np.random.default_rng(4)
+    base = _samples(rng, 1.0, n=400, spread=0.02)
+    tail = base[:360] + [3.0] * 40
+    a = _run([_metric("p99", base, q=0.99, kind="latency")])
+    b = _run([_metric("p99", tail, q=0.99, kind="latency")])
+    (c,) = compare.compare_runs(a, b)
+    assert c.verdict == "regression" and c.factor > 2
+    # the same calls' median barely moved: within the tolerance, no verdict on it
+    (m,) = compare.compare_runs(_run([_metric("p50", base, kind="latency")]),
+                                _run([_metric("p50", tail, kind="latency")]))
+    assert m.verdict == "unchanged" and abs(m.factor - 1) < 0.05
+
+
+def test_metrics_without_samples_are_unverified_never_regressions():
+    a = _run([_metric("t", None, value=1.0)])
+    b = _run([_metric("t", None, value=3.0)])
+    (c,) = compare.compare_runs(a, b)
+    assert c.verdict == "unverified" and c.beyond == -1 and "no samples" in c.why
+
+
+def test_version_1_records_are_read_and_their_metrics_unverified(tmp_path):
+    v1 = _run([{"name": "p50[gloo,4B]", "value": 1.0, "unit": "s", "kind": "latency",
+                "better": "lower", "stats": {"median": 1.0, "iqr": 0.1}}])
+    v1["schema_version"] = 1
+    path = records.write_json_atomic(tmp_path / "v1.json", v1)
+    old = records.read_run(path)
+    (c,) = compare.compare_runs(old, old)
+    assert c.verdict == "unverified"
+
+
+def test_contended_results_are_left_out_and_said_so():
+    rng = np.random.default_rng(5)
+    a = _run([_metric("t", _samples(rng, 1.0))])
+    b = _run([_metric("t", _samples(rng, 2.0))],
+             telemetry={"valid": False, "invalid_reasons": ["host busy: 90%"]})
+    (c,) = compare.compare_runs(a, b)
+    assert c.verdict == "unverified" and "host busy" in c.why
+
+
+def test_history_band_absorbs_run_to_run_spread_and_passes_a_step_outside_it():
+    rng = np.random.default_rng(6)
+    # five earlier runs whose level wanders +-10% between runs, though each is tight within
+    levels = [1.0, 1.1, 0.92, 1.05, 0.97]
+    history = [_run([_metric("t", _samples(rng, lv, spread=0.01))]) for lv in levels]
+    base = history[-1]
+    within = _run([_metric("t", _samples(rng, 1.12, spread=0.01))])
+    outside = _run([_metric("t", _samples(rng, 1.6, spread=0.01))])
+    plain = {c.metric: c for c in compare.compare_runs(base, within)}
+    assert plain["t"].verdict == "regression"  # within-run statistics alone cry wolf
+    (c,) = compare.compare_runs(base, within, history=history)
+    assert c.verdict == "unchanged" and "band" in c.why and c.detectable > 0.1
+    (c,) = compare.compare_runs(base, outside, history=history)
+    assert c.verdict == "regression"
+
+
+def test_history_band_restarts_after_a_step():
+    values = [1.0, 1.01, 0.99, 1.0, 2.0, 2.02, 1.98, 2.01]
+    assert compare._current_segment(values) == values[4:]
+
+
+def _write(tmp_path: Path, name: str, run: dict) -> Path:
+    return records.write_json_atomic(tmp_path / name, run)
+
+
+def _compare(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([BIN / "release-bench", "compare", *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_compare_refuses_verdicts_across_machines_and_names_the_fields(tmp_path):
+    rng = np.random.default_rng(7)
+    other = copy.deepcopy(MACHINE)
+    other["cpu"]["flags"]["amx_tile"] = False
+    other["cpu"]["logical_cores"] = 4
+    a = _write(tmp_path, "a.json", _run([_metric("t", _samples(rng, 1.0))]))
+    b = _write(tmp_path, "b.json", _run([_metric("t", _samples(rng, 1.0))], machine=other))
+    out = _compare(a, b)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "logical cores (2 vs 4)" in out.stderr and "amx_tile" in out.stderr
+    judged = _compare(a, b, "--across-machines")
+    assert judged.returncode == 0 and "different hardware, judged anyway" in judged.stdout
+
+
+def test_compare_with_history_prints_the_detectable_change(tmp_path):
+    rng = np.random.default_rng(8)
+    hist = tmp_path / "hist"
+    for i, lv in enumerate([1.0, 1.1, 0.92, 1.05]):
+        _write(hist, f"2026010{i}T000000Z-quick.json", _run([_metric("t", _samples(rng, lv))]))
+    base, cand = hist / "20260103T000000Z-quick.json", _write(
+        tmp_path, "c.json", _run([_metric("t", _samples(rng, 1.12))]))
+    out = _compare(base, cand, "--history", hist, "--json", tmp_path / "c.json.out")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "minimum detectable change per metric" in out.stdout
+    (c,) = json.loads((tmp_path / "c.json.out").read_text())
+    assert c["verdict"] == "unchanged" and c["band"][0] < 1.12 < c["band"][1]
+
+
+@pytest.mark.parametrize("rounds, order", [(1, "AB"), (2, "ABBA"), (3, "ABBAAB")])
+def test_ab_schedule_alternates_who_goes_first(rounds, order):
+    from harness import ab
+
+    assert "".join(ab.schedule(rounds)) == order
+
+
+def test_ab_merges_rounds_pooling_samples_and_leaving_contended_ones_out():
+    from harness import ab
+
+    rng = np.random.default_rng(9)
+    good = [_run([_metric("t", _samples(rng, 1.0, n=20))]) for _ in range(2)]
+    busy = _run([_metric("t", _samples(rng, 5.0, n=20))],
+                telemetry={"valid": False, "invalid_reasons": ["host busy"]})
+    merged = ab.merge_runs([*good, busy])
+    (e,) = merged["results"]
+    (m,) = e["metrics"]
+    assert m["stats"]["n"] == 40 and m["value"] < 1.2
+    assert any("1 of 3 rounds measured contended" in n for n in e["notes"])
+
+
+def test_ab_rejects_an_environment_that_cannot_run_the_suites(tmp_path):
+    out = subprocess.run([BIN / "release-bench", "ab", str(tmp_path), sys.executable],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "not a virtual environment" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
