@@ -120,6 +120,24 @@ def _failed_checks_reason(ctx: Context) -> str:
     return f"{len(failed)} of {len(ctx.checks)} checks failed: {parts}"
 
 
+def _contended_reason(ctx: Context, telemetry: dict[str, Any] | None) -> str | None:
+    """Why a failed case is `invalid` rather than failed, or None when its failure stands.
+
+    A speedup floor or latency bound missed while telemetry saw the machine contended (host
+    busy, heavy steal, a throttled or shared GPU) says nothing about the feature; a failed
+    correctness check, or a performance check failed on an uncontended machine (or without
+    telemetry, which cannot tell), still fails the case.
+    """
+    failed = [c for c in ctx.checks if not c.passed]
+    if not failed or not all(c.performance for c in failed):
+        return None
+    if not telemetry or telemetry.get("valid", True):
+        return None
+    parts = "; ".join(f"{c.name}: {c.detail}" if c.detail else c.name for c in failed)
+    return (f"measured contended ({'; '.join(telemetry.get('invalid_reasons', []))}): "
+            f"{len(failed)} of {len(ctx.checks)} checks failed, all performance: {parts}")
+
+
 def execute(
     case: Case,
     device: str,
@@ -171,17 +189,21 @@ def execute(
     stderr_note, stderr_distinct = _stderr_notes(stderr_lines)
     if stderr_distinct:
         ctx.details["stderr"] = stderr_distinct
+    tel_summary = sampler.summary(ctx.iterations) if sampled else None
+    if outcome == "fail" and (contended := _contended_reason(ctx, tel_summary)):
+        outcome, reason = "invalid", contended
     entry.update(
         outcome=outcome,
         reason=reason[:MAX_REASON],
         elapsed_s=round(time.perf_counter() - t0, 3),
         metrics=[m.to_json() for m in ctx.metrics],
-        checks=[{"name": c.name, "passed": c.passed, "detail": c.detail} for c in ctx.checks],
+        checks=[{"name": c.name, "passed": c.passed, "detail": c.detail}
+                | ({"performance": True} if c.performance else {}) for c in ctx.checks],
         notes=ctx.notes + _warning_notes(caught) + stderr_note,
         tables=ctx.tables,
         shown_tables=ctx.shown_tables,
         details=ctx.details,
-        telemetry=sampler.summary(ctx.iterations) if sampled else None,
+        telemetry=tel_summary,
     )
     return records.scrub_paths(entry)
 

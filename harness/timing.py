@@ -129,6 +129,22 @@ def measure(
         merged, calls=sum(m.number_per_run * len(m.raw_times) for m in ms))
 
 
+def _block(timer: tbench.Timer, fn: Callable[[], object], device: str, seconds: float,
+           earlier: list[tbench.Measurement]) -> tbench.Measurement:
+    """One round's timing of a statement. A statement slower than the round is timed one call
+    at a time, as torch.utils.benchmark times a block (synchronised, perf_counter):
+    blocked_autorange would spend a call estimating the block size, and Timer.timeit two on
+    warm-up, for every sample."""
+    if earlier and earlier[-1].number_per_run == 1 and earlier[-1].median > seconds / 2:
+        synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        return tbench.Measurement(number_per_run=1, raw_times=[time.perf_counter() - t0],
+                                  task_spec=earlier[-1].task_spec)
+    return timer.blocked_autorange(min_run_time=seconds)
+
+
 def measure_interleaved(
     fns: Mapping[str, Callable[[], object]],
     *,
@@ -156,7 +172,8 @@ def measure_interleaved(
     synchronize(device)
     collected: dict[str, list[tbench.Measurement]] = {name: [] for name in fns}
     around = around or {}
-    budget = max_run_time if max_run_time is not None else 10 * min_run_time * len(fns)
+    budget = max_run_time if max_run_time is not None else 20 * min_run_time * len(fns)
+    per_round = min_run_time / rounds
     start, done = time.perf_counter(), 0
     # at least `rounds` rounds; more (same length each) until every statement has
     # `min_blocks` timed blocks, for an interval and a test, or the budget is spent
@@ -166,7 +183,8 @@ def measure_interleaved(
         done += 1
         for name, timer in timers.items():
             with around.get(name, nullcontext)():
-                collected[name].append(timer.blocked_autorange(min_run_time=min_run_time / rounds))
+                collected[name].append(_block(timer, fns[name], device, per_round,
+                                              collected[name]))
     out = {}
     for name, ms in collected.items():
         (merged,) = tbench.Measurement.merge(ms)

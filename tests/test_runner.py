@@ -155,3 +155,85 @@ def test_native_stderr_goes_into_the_record_not_the_terminal(capfd):
     assert entry["details"]["stderr"] == ["native library chatter"]
     assert any(n.startswith("stderr (recorded, not shown): 3 lines, 1 distinct")
                for n in entry["notes"])
+
+
+# --- performance checks on a contended machine -------------------------------------------------
+
+
+class FakeTelemetry:
+    """Stands in for harness.telemetry.Telemetry: every case's summary says `reasons`."""
+
+    def __init__(self, *reasons: str):
+        self.reasons = list(reasons)
+        self.info = {"fake": True}  # the run-level part
+
+    def sampler(self):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def summary(self, iterations=None):
+        return {"valid": not self.reasons, "invalid_reasons": self.reasons}
+
+
+BUSY = FakeTelemetry("host busy: other processes used 98% of a core on average")
+
+
+@demo.benchmark(devices=("cpu",))
+def misses_its_speedup_floor(ctx: Context):
+    ctx.metric("speedup", 0.95, "x", kind="ratio", better="higher")
+    ctx.check("returns the serial result", True)
+    ctx.check("parallel at K=2", False, "speedup 0.95x, floor 1.50x", performance=True)
+
+
+@demo.benchmark(devices=("cpu",))
+def gives_a_wrong_result_and_misses_its_floor(ctx: Context):
+    ctx.check("returns the serial result", False, "task 1 differs")
+    ctx.check("parallel at K=2", False, "speedup 0.95x, floor 1.50x", performance=True)
+
+
+def run_with(name, telemetry):
+    return runner.execute(demo.case(name), "cpu", {}, "quick", telemetry)
+
+
+def test_a_missed_performance_floor_under_contention_is_invalid():
+    entry = run_with("misses_its_speedup_floor", BUSY)
+    assert entry["outcome"] == "invalid"
+    assert entry["reason"] == (
+        "measured contended (host busy: other processes used 98% of a core on average): "
+        "1 of 2 checks failed, all performance: parallel at K=2: speedup 0.95x, floor 1.50x")
+    assert entry["checks"][1] == {"name": "parallel at K=2", "passed": False,
+                                  "detail": "speedup 0.95x, floor 1.50x", "performance": True}
+    assert "performance" not in entry["checks"][0]
+
+
+def test_every_contention_reason_is_named():
+    entry = run_with("misses_its_speedup_floor", FakeTelemetry(
+        "heavy steal: the hypervisor took 25% of CPU time (limit 10%)",
+        "gpu0 throttled: hw_thermal_slowdown"))
+    assert entry["outcome"] == "invalid"
+    assert entry["reason"].startswith("measured contended (heavy steal: the hypervisor took 25% "
+                                       "of CPU time (limit 10%); gpu0 throttled: ")
+
+
+@pytest.mark.parametrize("telemetry", [FakeTelemetry(), None], ids=["valid", "no telemetry"])
+def test_a_missed_performance_floor_on_a_quiet_machine_fails(telemetry):
+    entry = run_with("misses_its_speedup_floor", telemetry)
+    assert entry["outcome"] == "fail"
+    assert entry["reason"] == "1 of 2 checks failed: parallel at K=2: speedup 0.95x, floor 1.50x"
+
+
+def test_a_failed_correctness_check_fails_under_contention_too():
+    entry = run_with("gives_a_wrong_result_and_misses_its_floor", BUSY)
+    assert entry["outcome"] == "fail"
+    assert entry["reason"].startswith("2 of 2 checks failed: returns the serial result")
+
+
+def test_invalid_is_a_recorded_outcome(tmp_path):
+    planned = runner.plan([demo], "quick", ["cpu"], case_filter="misses_its_speedup_floor")
+    path, _ = runner.run(planned, "quick", tmp_path, telemetry=BUSY, progress=lambda s: None)
+    assert records.read_run(path)["results"][0]["outcome"] == "invalid"

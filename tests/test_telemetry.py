@@ -189,3 +189,69 @@ def test_a_busy_neighbour_process_is_flagged():
         os.kill(pid, 9)
     assert summ["host"]["other_cpu_mean_pct"] > 60
     assert any(r.startswith("host busy: other processes used") for r in summ["invalid_reasons"])
+
+
+# --- CPU steal time (injected psutil.cpu_times readings) ---------------------------------------
+
+LINUX_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest",
+                "guest_nice")
+
+
+def fake_cpu_times(steal_share: float, cpu_s_per_read: float = 0.2, fields=LINUX_FIELDS):
+    """A psutil.cpu_times stand-in whose counters advance by `cpu_s_per_read` CPU seconds (all
+    cores) per reading, `steal_share` of them stolen; half the rest busy, with guest time
+    inside user time as Linux counts it."""
+    from collections import namedtuple
+    from itertools import count
+
+    times, reads = namedtuple("scputimes", fields), count()
+
+    def cpu_times():
+        n = next(reads) * cpu_s_per_read
+        busy = n * (1 - steal_share) / 2
+        vals = {"user": busy, "idle": busy, "steal": n * steal_share, "guest": busy / 2}
+        return times(**{k: vals.get(k, 0.0) for k in fields})
+
+    return cpu_times
+
+
+def steal_sampled(cpu_times, seconds: float = 0.15):
+    with Sampler(HostReader(cpu_times=cpu_times), None, interval_s=0.01) as s:
+        time.sleep(seconds)
+    summ = s.summary()
+    return summ, [r for r in summ["invalid_reasons"] if r.startswith("heavy steal")]
+
+
+def test_heavy_steal_makes_the_case_invalid():
+    summ, flags = steal_sampled(fake_cpu_times(0.25))
+    assert summ["host"]["cpu_steal_pct"] == pytest.approx(25.0)  # guest time not counted twice
+    assert flags == ["heavy steal: the hypervisor took 25% of CPU time (limit 10%)"]
+    assert not summ["valid"]
+    assert summ["series"]["cpu_steal_pct"][1:] == pytest.approx([25.0] * (summ["samples"] - 1))
+
+
+def test_light_steal_is_recorded_not_flagged():
+    summ, flags = steal_sampled(fake_cpu_times(0.02))
+    assert summ["host"]["cpu_steal_pct"] == pytest.approx(2.0) and flags == []
+
+
+def test_steal_over_too_little_cpu_time_is_not_judged():
+    # 10 ms ticks: a share over less than a CPU second is too coarse to call
+    summ, flags = steal_sampled(fake_cpu_times(0.5, cpu_s_per_read=0.01))
+    assert summ["host"]["cpu_steal_pct"] == pytest.approx(50.0) and flags == []
+
+
+def test_no_steal_counter_is_a_reason_not_a_crash():
+    summ, flags = steal_sampled(fake_cpu_times(0.5, fields=("user", "nice", "system", "idle")))
+    assert "cpu_steal_pct" not in summ["host"] and flags == []
+    assert summ["unavailable"]["cpu_steal"] == "unavailable: this OS reports no CPU steal time"
+    assert "cpu_steal_pct" not in summ["series"]
+
+
+@pytest.mark.skipif(not hasattr(__import__("psutil").cpu_times(), "steal"),
+                    reason="this OS reports no steal time")
+def test_steal_read_for_real():
+    with Sampler(HostReader(), None, interval_s=0.05) as s:
+        time.sleep(0.3)
+    steal = s.summary()["host"]["cpu_steal_pct"]
+    assert steal is None or 0 <= steal <= 100

@@ -7,7 +7,9 @@ measured in.
     s.summary(iterations=n)               # power, energy, clocks, throttling, validity, series
 
 Anything that cannot be read (no GPU, no NVML library, no permission, a MIG slice, a GPU lost
-mid-run, no RAPL) is recorded as "unavailable: <reason>" and the run goes on.
+mid-run, no RAPL, no CPU steal counter) is recorded as "unavailable: <reason>" and the run
+goes on. A case is invalid when the GPU throttled, another process used the GPU, other
+processes kept the host busy, or the hypervisor stole more than 10% of CPU time (sampler.py).
 """
 
 from __future__ import annotations

@@ -2,12 +2,15 @@
 
 The CPU use of other processes (everything but this process and its children) is what tells
 a noisy neighbour from our own work: on a 2-core machine one busy neighbour can halve a
-benchmark, so the sampler reports it and the summary flags it.
+benchmark, so the sampler reports it and the summary flags it. Steal time (a vCPU that was
+runnable while the hypervisor ran another guest) is the same thing one level up: contention
+no process list on this machine can see.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +56,23 @@ class Rapl:
         return total / 1e6
 
 
+def steal_and_total(times: Any) -> tuple[float, float]:
+    """(steal, total) CPU seconds of all cores from one `psutil.cpu_times()` reading.
+
+    Guest time is left out of the total: Linux already counts it in user (and guest_nice in
+    nice) time, and counting it twice would understate the steal share.
+    """
+    fields = times._asdict()
+    total = sum(v for k, v in fields.items() if k not in ("guest", "guest_nice"))
+    return float(fields["steal"]), float(total)
+
+
 class HostReader:
-    def __init__(self, pid: int | None = None):
+    def __init__(self, pid: int | None = None,
+                 cpu_times: Callable[[], Any] = psutil.cpu_times):
+        """`cpu_times` reads the machine's cumulative CPU times (the tests inject fakes)."""
         self.me = psutil.Process(pid or os.getpid())
+        self.cpu_times = cpu_times
         self.rapl = Rapl()
         self.unavailable: dict[str, str] = {}
         self._tree: dict[int, psutil.Process] = {}
@@ -67,6 +84,8 @@ class HostReader:
             self.unavailable["cpu_freq"] = "unavailable: the kernel reports no CPU frequency"
         if self.rapl.error:
             self.unavailable["rapl"] = self.rapl.error
+        if not hasattr(cpu_times(), "steal"):  # psutil reports steal on Linux only
+            self.unavailable["cpu_steal"] = "unavailable: this OS reports no CPU steal time"
 
     def _tree_cpu_percent(self) -> float:
         """CPU percent (100 = one core) of this process and its descendants since last call.
@@ -117,6 +136,9 @@ class HostReader:
         }
         if "cpu_freq" not in self.unavailable:
             row["cpu_freq_mhz"] = [f.current for f in psutil.cpu_freq(percpu=True)]
+        if "cpu_steal" not in self.unavailable:
+            # cumulative counters: the summary takes the share over the case from their deltas
+            row["cpu_steal_s"], row["cpu_total_s"] = steal_and_total(self.cpu_times())
         return row
 
     def static_info(self) -> dict[str, Any]:

@@ -16,6 +16,15 @@ from harness.telemetry.nvml import NvmlReader, throttling_reasons
 HOST_BUSY_PCT = 50.0
 # ...judged only over this many samples at least (the first covers the gap before the case).
 HOST_BUSY_MIN_SAMPLES = 5
+# CPU steal (time the hypervisor gave this VM's runnable vCPUs to someone else) above this
+# share of all CPU time makes a case invalid. Wall-clock timings of CPU-bound code stretch by
+# about 1 / (1 - steal on the cores they use); with one of two cores busy and the other idle,
+# 10% of all CPU time can be ~20% of the busy core, past `compare`'s 15% tolerance for times
+# (and 5% for ratios); below it steal is the 0-3% background that cloud VMs show at rest.
+STEAL_PCT = 10.0
+# ...judged only over this much CPU time at least (all cores): the kernel counts in 10 ms
+# ticks, so a shorter case's share is too coarse to call.
+STEAL_MIN_CPU_S = 1.0
 # GPU process lists cost more than the other fields; read them every Nth sample.
 PROCESS_EVERY = 10
 MAX_POINTS = 100  # per series kept in the record, for plots
@@ -33,6 +42,27 @@ def _series(values: list[float | None], max_points: int) -> list[float | None]:
 def _stat(values: list[Any], fn) -> float | None:
     vals = [v for v in values if v is not None]
     return float(fn(vals)) if vals else None
+
+
+def _steal_pct(rows: list[dict[str, Any]]) -> tuple[float | None, float]:
+    """(steal in percent of all CPU time, CPU seconds it covers) between the first and the
+    last host sample; (None, 0) when steal was not read."""
+    read = [r for r in rows if "cpu_steal_s" in r]
+    if len(read) < 2:
+        return None, 0.0
+    total = read[-1]["cpu_total_s"] - read[0]["cpu_total_s"]
+    if total <= 0:
+        return None, 0.0
+    return 100.0 * (read[-1]["cpu_steal_s"] - read[0]["cpu_steal_s"]) / total, total
+
+
+def _steal_series(rows: list[dict[str, Any]]) -> list[float | None]:
+    """Steal in percent of all CPU time over each sampling interval (None for the first)."""
+    out: list[float | None] = [None]
+    for a, b in zip(rows, rows[1:], strict=False):
+        total = b["cpu_total_s"] - a["cpu_total_s"]
+        out.append(100.0 * (b["cpu_steal_s"] - a["cpu_steal_s"]) / total if total > 0 else None)
+    return out
 
 
 class Sampler:
@@ -94,17 +124,25 @@ class Sampler:
         start, end = self._rapl
         if start and end:
             host["energy_j"] = self.host.rapl.delta_j(start, end)
+        steal, steal_cpu_s = _steal_pct(h)
+        if "cpu_steal" not in self.host.unavailable:
+            host["cpu_steal_pct"] = steal
         invalid: list[str] = []
         judged = len(h) - 1 >= HOST_BUSY_MIN_SAMPLES
         if judged and (host["other_cpu_mean_pct"] or 0) > HOST_BUSY_PCT:
             invalid.append(f"host busy: other processes used {host['other_cpu_mean_pct']:.0f}% "
                            f"of a core on average")
+        if steal is not None and steal_cpu_s >= STEAL_MIN_CPU_S and steal > STEAL_PCT:
+            invalid.append(f"heavy steal: the hypervisor took {steal:.0f}% of CPU time "
+                           f"(limit {STEAL_PCT:.0f}%)")
         series: dict[str, list] = {
             "t_s": _series(self.times, max_points),
             "cpu_util_pct": _series([r["cpu_util_pct"] for r in h], max_points),
             "other_cpu_pct": _series([r["other_cpu_pct"] for r in h], max_points),
             "rss_bytes": _series([r["rss_bytes"] for r in h], max_points),
         }
+        if h and all("cpu_steal_s" in r for r in h):
+            series["cpu_steal_pct"] = _series(_steal_series(h), max_points)
         gpus = []
         for idx in sorted({i for rows in self.gpu_rows for i in rows}):
             gpu, gpu_series = self._gpu_summary(idx, iterations, invalid)

@@ -146,9 +146,10 @@ def scaling(ctx: Context, setup=None) -> None:
                      "fork_ms": fork_s["median"] * 1e3, "speedup": speedup, "ideal": ideal,
                      "efficiency": speedup / ideal})
         if ideal >= 2:
+            # a floor on a timing: on a contended machine the case is invalid, not failed
             ctx.check(f"parallel at K={k}", speedup >= MIN_EFFICIENCY * ideal,
                       f"speedup {speedup:.2f}x, ideal {ideal}x, floor "
-                      f"{MIN_EFFICIENCY * ideal:.2f}x")
+                      f"{MIN_EFFICIENCY * ideal:.2f}x", performance=True)
         if k == 2 and threads == 2 and cores >= 2:
             met = "met" if speedup >= TARGET_SPEEDUP_K2 else "NOT met"
             ctx.note(f"target >= {TARGET_SPEEDUP_K2}x at K=2, 2 inter-op threads: {met} "

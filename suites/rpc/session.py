@@ -77,6 +77,12 @@ def joined(rank: int, world: int, spec: GroupSpec) -> Iterator[Membership]:
     worker that only serves can simply leave at once and keep serving until the others are
     done. Leaving by an exception shuts down at once (graceful=False): a graceful shutdown
     would wait for peers that may be dead.
+
+    A graceful shutdown ends with TensorPipe's barrier through the rendezvous store (the
+    agent's join adds, sets and then reads counters there), so the store must outlive every
+    worker. When rank 0 hosted it, rank 0 left right after its own reads and took the store
+    with it while a slower rank 1 was still reading: "DistNetworkError: Connection reset by
+    peer" under load. The launcher (or `LocalPeer`) hosts it instead, and leaves last.
     """
     # Launched workers are clients of the store their launcher hosts on MASTER_ADDR only
     # (harness.launch.bound_store), so nothing here listens on every interface.
@@ -296,7 +302,10 @@ class LocalPeer:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        self.store = None
+        # The store goes only once the peer has gone: the peer's graceful shutdown ends in a
+        # barrier through it (see `joined`), and a store closed under a slower peer resets it.
+        if not self.thread.is_alive():
+            self.store = None
         if self.error is not None:
             raise self.error
 
