@@ -1,6 +1,8 @@
 """`release-bench`: list the suites, run them, show a run.
 
-Exit status: 0 when every case passed or skipped, 1 when any failed or errored, 2 for bad
+Exit status: 0 when every case passed, skipped or was invalid (a performance check missed on
+a contended machine), 1 when any failed or errored, 130/143 when SIGINT/SIGTERM stopped a
+run (its record kept and marked interrupted), 2 for bad
 input (an unknown suite, profile or device, CUDA asked for but absent, an unreadable run
 file), always with one line on stderr saying what was wrong.
 """
@@ -191,6 +193,11 @@ def _cmd_run(args) -> int:
     tel = None if args.no_telemetry else telemetry.Telemetry(args.telemetry_interval)
     try:
         path, run = runner.run(planned, args.profile, args.out, telemetry=tel)
+    except runner.Interrupted as e:
+        # SIGINT or SIGTERM: the workers are reaped and the record is marked; say where it is
+        kept = f"the run record is in {e.path}" if e.path else "no run record was written yet"
+        print(f"release-bench: run {e}; {kept}", file=sys.stderr)
+        return e.exit_status
     finally:
         if tel is not None:
             tel.close()
@@ -362,8 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"({sys.executable})", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("release-bench: interrupted; finished cases are kept in the run file",
-              file=sys.stderr)
+        # Ctrl-C outside a run (a run reports its own interruption, with its record's path)
+        print("release-bench: interrupted", file=sys.stderr)
         return 130
 
 

@@ -234,6 +234,24 @@ def _reap(procs: list[mp.Process]) -> None:
             p.join(1)
 
 
+def _reap_through_interrupts(procs: list[mp.Process], tries: int = 3) -> None:
+    """`_reap`, carried to the end even when Ctrl-C (or the runner's SIGTERM handler, which
+    raises a KeyboardInterrupt) lands part-way through it; the interrupt is raised afterwards.
+
+    An interrupt cut short in `_reap` would leave the workers not yet stopped running,
+    orphaned, after the run has gone. `tries` bounds it for someone pressing Ctrl-C on and on.
+    """
+    interrupt: KeyboardInterrupt | None = None
+    for _ in range(tries):
+        try:
+            _reap(procs)
+            break
+        except KeyboardInterrupt as e:
+            interrupt = interrupt or e
+    if interrupt is not None:
+        raise interrupt
+
+
 def launch(
     fn: Callable[..., Any],
     nprocs: int,
@@ -312,7 +330,7 @@ def launch(
                 failures.append(WorkerFailure(rank, "timeout", f"no result after {timeout_s:g} s",
                                               "", _log_tail(workdir, rank)))
     finally:
-        _reap(procs)
+        _reap_through_interrupts(procs)
         shutil.rmtree(workdir, ignore_errors=True)
         del store  # closes its listener
     if failures:

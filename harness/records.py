@@ -4,11 +4,11 @@ Layout (field names are a contract other tools read; add, never rename):
 
     {"schema_version": 2, "machine": {...fingerprint...}, "profile": "quick",
      "started": ISO-8601, "finished": ISO-8601 or null while running,
-     "command": [...], "notes": [...],
+     "command": [...], "notes": [...], "interrupted": true/false,
      "results": [{"suite", "case", "kind", "device", "params", "outcome", "reason",
                   "metrics": [{"name", "labels"?, "value", "unit", "kind", "better",
                                "stats"?, "samples"?}],
-                  "checks": [{"name", "passed", "detail"}], "notes": [...],
+                  "checks": [{"name", "passed", "detail", "performance"?}], "notes": [...],
                   "tables": {name: [row, ...]}, "details": {...},
                   "telemetry": {...}, "started", "elapsed_s"}]}
 
@@ -80,6 +80,8 @@ RUN_SCHEMA = {
         "profile": {"type": "string"},
         "started": {"type": "string"},
         "finished": {"type": ["string", "null"]},
+        # true when SIGINT/SIGTERM ended the run early (runner.run); absent in older runs
+        "interrupted": {"type": "boolean"},
         "results": {"type": "array", "items": _RESULT},
     },
 }
@@ -123,6 +125,7 @@ def new_run(machine: dict[str, Any], profile: str, command: list[str] | None = N
         "profile": profile,
         "started": now(),
         "finished": None,
+        "interrupted": False,
         "command": command or [],
         "notes": [],
         "results": [],

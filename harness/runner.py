@@ -3,13 +3,18 @@
 Data flows one way: case -> Context -> result entry -> run record on disk. The runner never
 lets an exception out of a case: a raised Skip is a skip, a failed check a fail, anything
 else (a worker that died, a bug) an error with its reason, so one bad case cannot end a run.
+A case whose only failed checks are performance checks (a speedup floor, a latency bound),
+measured while telemetry found the machine contended, is `invalid`: a void measurement, not
+a broken feature.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import warnings
@@ -208,6 +213,85 @@ def execute(
     return records.scrub_paths(entry)
 
 
+INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM during `run`: raised in the main thread to abandon the case under way.
+
+    A KeyboardInterrupt, so that whatever already lets Ctrl-C through (the `except Exception`
+    of `execute` and of the cases) lets SIGTERM through too, and every `finally` on the way
+    out (launch's reaping of the workers) runs. `run` fills in `where` and `path` (the run
+    record, by then marked interrupted) before it lets this out.
+    """
+
+    def __init__(self, signum: int, where: str = "", path: Path | None = None):
+        super().__init__(signum)
+        self.signum, self.where, self.path = signum, where, path
+
+    @property
+    def signame(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_status(self) -> int:
+        """128 + the signal's number, as a shell reports a process that signal ended."""
+        return 128 + self.signum
+
+    def __str__(self) -> str:
+        return f"interrupted by {self.signame}" + (f" {self.where}" if self.where else "")
+
+
+class _SignalGuard:
+    """Handlers that turn SIGINT and SIGTERM into `Interrupted`, for the length of a run.
+
+    Why handlers of our own: Python raises KeyboardInterrupt on SIGINT only if SIGINT was not
+    ignored when it started, and a run started in the background by a script (`cmd &` in a
+    non-interactive shell) inherits SIGINT ignored: `kill -INT` did nothing and the run went
+    on to the end. SIGTERM's default action ends this process alone, so the workers of the
+    case under way (and the resource tracker they share) ran on, orphaned, and the record was
+    never marked. Only the first signal raises; later ones are ignored so that reaping the
+    workers and the last write of the record are not cut short. Handlers can be set only in
+    the main thread; elsewhere the guard does nothing.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        main = threading.current_thread() is threading.main_thread()
+        self.previous = {s: signal.getsignal(s) for s in INTERRUPT_SIGNALS} if main else {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is None:
+            self.signum = signum
+            raise Interrupted(signum)
+
+    def install(self) -> None:
+        """(Re)install the handlers: a library may have replaced them during the last case."""
+        for s in self.previous:
+            signal.signal(s, self._handle)
+
+    def check(self) -> None:
+        """Raise `Interrupted` again if a signal came and something swallowed the exception
+        (a case's `except BaseException`, or a `__del__`, where Python only prints it)."""
+        if self.signum is not None:
+            raise Interrupted(self.signum)
+
+    def restore(self) -> None:
+        for s, h in self.previous.items():
+            # None: a handler installed outside Python, which cannot be put back; default it
+            signal.signal(s, signal.SIG_DFL if h is None else h)
+
+
+def _mark_interrupted(run_doc: dict, stop: Interrupted, planned: int) -> None:
+    """Say in the record that the run ended early, where, and why. `finished` stays null:
+    it is the time of a run that ran to the end."""
+    run_doc["interrupted"] = True
+    run_doc["notes"].append(
+        f"interrupted by {stop.signame} at {records.now()} {stop.where}; "
+        f"{len(run_doc['results'])} of {planned} case runs finished and are kept, "
+        f"the rest did not run")
+
+
 def run(
     planned: list[Planned],
     profile: str,
@@ -218,23 +302,52 @@ def run(
     """Execute the plan, rewriting the run file atomically after every case.
 
     A run interrupted part-way keeps every finished case on disk, with `finished` null.
+    SIGINT, SIGTERM or a KeyboardInterrupt abandons the case under way (launch reaps its
+    workers on the way out), marks the record `interrupted` with a note saying where and by
+    which signal, and raises `Interrupted` carrying the record's path.
     """
-    # the command as typed, without this machine's path to the executable
-    command = [Path(sys.argv[0]).name, *sys.argv[1:]]
-    run_doc = records.new_run(machine.fingerprint(), profile, command=command)
-    if telemetry is not None:
-        run_doc["telemetry"] = telemetry.info
-    path = records.run_path(out_dir, run_doc)
-    records.write_json_atomic(path, run_doc)
-    width = len(str(len(planned)))
-    for i, p in enumerate(planned, 1):
-        progress(f"[{i:>{width}}/{len(planned)}] {p.label} ...")
-        entry = execute(p.case, p.device, p.params, profile, telemetry)
-        run_doc["results"].append(entry)
+    guard = _SignalGuard()
+    # fd 2 as it is now: an interrupt can land while execute() has it redirected to a file
+    saved_stderr = os.dup(2)
+    path: Path | None = None
+    where = "before the first case"
+    try:
+        guard.install()
+        # the command as typed, without this machine's path to the executable
+        command = [Path(sys.argv[0]).name, *sys.argv[1:]]
+        run_doc = records.new_run(machine.fingerprint(), profile, command=command)
+        if telemetry is not None:
+            run_doc["telemetry"] = telemetry.info
+        path = records.run_path(out_dir, run_doc)
         records.write_json_atomic(path, run_doc)
-        tail = f" ({entry['reason']})" if entry["reason"] else ""
-        progress(f"[{i:>{width}}/{len(planned)}] {p.label} {entry['outcome']} "
-                 f"in {entry['elapsed_s']:.1f} s{tail}")
-    run_doc["finished"] = records.now()
-    records.write_json_atomic(path, run_doc)
-    return path, run_doc
+        width = len(str(len(planned)))
+        for i, p in enumerate(planned, 1):
+            guard.install()  # a library may have replaced the handlers during the last case
+            where = f"during {p.label} (case {i} of {len(planned)})"
+            progress(f"[{i:>{width}}/{len(planned)}] {p.label} ...")
+            entry = execute(p.case, p.device, p.params, profile, telemetry)
+            run_doc["results"].append(entry)
+            where = f"after {p.label} (case {i} of {len(planned)})"
+            records.write_json_atomic(path, run_doc)
+            tail = f" ({entry['reason']})" if entry["reason"] else ""
+            progress(f"[{i:>{width}}/{len(planned)}] {p.label} {entry['outcome']} "
+                     f"in {entry['elapsed_s']:.1f} s{tail}")
+            guard.check()
+        run_doc["finished"] = records.now()
+        records.write_json_atomic(path, run_doc)
+        return path, run_doc
+    except KeyboardInterrupt as e:
+        sys.stderr.flush()
+        os.dup2(saved_stderr, 2)
+        # a plain KeyboardInterrupt (raised by a case, say) is SIGINT's, as Python has it
+        stop = e if isinstance(e, Interrupted) else Interrupted(signal.SIGINT)
+        stop.where, stop.path = where, path
+        if path is not None:  # else the record was not written yet: nothing to keep
+            _mark_interrupted(run_doc, stop, len(planned))
+            records.write_json_atomic(path, run_doc)
+        if stop is e:
+            raise
+        raise stop from e
+    finally:
+        guard.restore()
+        os.close(saved_stderr)

@@ -85,6 +85,7 @@ def run_summary(run: dict[str, Any], tables: bool = True) -> str:
     lines = [
         f"run {run['started']} profile={run['profile']} machine={m['name']} "
         f"torch={torch_info.get('version')} finished={run['finished'] or 'no (interrupted)'}",
+        *[n for n in run.get("notes", []) if n.startswith("interrupted by")],
     ]
     rows = [["outcome", "case", "device", "params", "figures", "reason / flags"]]
     for e in run["results"]:
