@@ -135,6 +135,26 @@ def merge_runs(runs: list[dict]) -> dict:
     return merged
 
 
+def _values(runs: list[dict]) -> dict[tuple, list[float]]:
+    """Each metric's value in each valid round: one value per fresh process."""
+    out: dict[tuple, list[float]] = {}
+    for run in runs:
+        for e in run["results"]:
+            if compare._invalid(e):
+                continue
+            for m in e["metrics"]:
+                if m.get("value") is not None:
+                    out.setdefault((compare.result_key(e), compare.metric_key(m)),
+                                   []).append(m["value"])
+    return out
+
+
+def round_values(a_runs: list[dict], b_runs: list[dict]) -> compare.Replicates:
+    """The spread between processes, for compare: each side's per-round values."""
+    a, b = _values(a_runs), _values(b_runs)
+    return {k: (a[k], b[k]) for k in a.keys() & b.keys()}
+
+
 def ab(a: str, b: str, suites: list[str], run_args: list[str], rounds: int, out_dir: Path,
        progress: Callable[[str], None],
        thresholds: dict[str, float] | None = None) -> dict[str, Any]:
@@ -164,7 +184,8 @@ def ab(a: str, b: str, suites: list[str], run_args: list[str], rounds: int, out_
                               "torch": versions[side], "schedule": "".join(order)}
         records.write_json_atomic(base / f"{side}.json", records.scrub_paths(merged[side]))
     changes = compare.compare_runs(merged["A"], merged["B"],
-                                   {**compare.AB_THRESHOLDS, **(thresholds or {})})
+                                   {**compare.AB_THRESHOLDS, **(thresholds or {})},
+                                   replicates=round_values(rounds_of["A"], rounds_of["B"]))
     records.write_json_atomic(base / "comparison.json", {
         "A": versions["A"], "B": versions["B"], "rounds": rounds,
         "counts": compare.counts(changes), "changes": [c.to_json() for c in changes]})

@@ -116,8 +116,10 @@ def _build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--all", action="store_true", help="list unchanged metrics too")
     compare.add_argument("--json", metavar="FILE", help="also write the changes as JSON")
     compare.add_argument("--history", metavar="DIR",
-                         help="earlier runs of this machine (e.g. results/runs/<machine>): flag "
-                              "only changes outside the band they spread over")
+                         help="earlier runs of this machine, for the spread between runs "
+                              "(default: the baseline's folder)")
+    compare.add_argument("--no-history", action="store_true",
+                         help="use no history: changes past a tolerance are then unverified")
     compare.add_argument("--across-machines", action="store_true",
                          help="judge runs of different hardware anyway")
 
@@ -259,7 +261,7 @@ def _cmd_report(args) -> int:
     return EXIT_OK
 
 
-def _history(spec: str, cand: dict, exclude: set) -> list[dict]:
+def _history(spec, cand: dict, exclude: set, required: bool) -> list[dict]:
     """The readable runs under `spec` of the candidate's machine and profile, oldest first."""
     from pathlib import Path
 
@@ -277,10 +279,24 @@ def _history(spec: str, cand: dict, exclude: set) -> list[dict]:
         if (run["machine"]["name"], run["profile"]) == (cand["machine"]["name"],
                                                         cand["profile"]):
             runs.append(run)
-    if not runs:
+    if not runs and required:
         raise UsageError(f"--history {spec}: no runs of machine {cand['machine']['name']}, "
                          f"profile {cand['profile']}")
     return sorted(runs, key=lambda r: r["started"])
+
+
+def _history_line(history: list[dict] | None, changes) -> str:
+    """What the spread between runs came from, and the changes it lets one detect."""
+    if not history or len(history) < 2:
+        return ("no history of this machine beside the baseline: the spread between runs is "
+                "unknown, so changes past a tolerance are unverified (use --history DIR or ab)")
+    shown = sorted((c.detectable, c.case, c.name) for c in changes if c.detectable is not None)
+    if not shown:
+        return f"history: {len(history)} runs, no metric with a spread between them"
+    # the smallest change the history lets through, at the Bonferroni level (BH's is lower)
+    worst = "; ".join(f"{n} {100 * d:.0f}%" for d, _, n in shown[-5:][::-1])
+    return (f"history: {len(history)} runs; minimum detectable change: median "
+            f"{100 * shown[len(shown) // 2][0]:.1f}% over {len(shown)} metrics; worst: {worst}")
 
 
 def _print_changes(changes, show_all: bool) -> dict[str, int]:
@@ -305,19 +321,21 @@ def _cmd_compare(args) -> int:
     if differ and not args.across_machines:
         raise UsageError("the runs are from different hardware (" + "; ".join(differ)
                          + "): no verdicts; pass --across-machines to judge them anyway")
-    history = (_history(args.history, cand, {p.resolve() for p in paths[1:]})
-               if args.history else None)
+    exclude = {paths[1].resolve()}  # the candidate is judged against the others
+    if args.no_history:
+        history = None
+    elif args.history:
+        history = _history(args.history, cand, exclude, required=True)
+    else:
+        history = sorted(_history(paths[0].parent, cand, exclude | {paths[0].resolve()},
+                                  required=False) + [base], key=lambda r: r["started"])
     changes = compare.compare_runs(base, cand, dict(args.threshold), history=history)
     for label, run in (("baseline ", base), ("candidate", cand)):
         print(f"{label} {run['started']} {run['machine']['name']} torch "
               f"{run['machine'].get('torch', {}).get('version')}")
     if differ:
         print("different hardware, judged anyway: " + "; ".join(differ))
-    if history:
-        shown = [c.detectable for c in changes if c.detectable is not None]
-        if shown:
-            print(f"history: {len(history)} runs; minimum detectable change per metric: median "
-                  f"{100 * sorted(shown)[len(shown) // 2]:.1f}%, largest {100 * max(shown):.1f}%")
+    print(_history_line(history, changes))
     counts = _print_changes(changes, args.all)
     if args.json:
         records.write_json_atomic(args.json, [c.to_json() for c in changes])

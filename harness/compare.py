@@ -2,25 +2,26 @@
 change is a regression.
 
 Results are matched by (suite, case, device, params), metrics by name and labels. A metric
-regresses only when both hold:
+regresses only when all three hold:
 
 - practical: it moved past its kind's tolerance in its bad direction. Defaults follow
   PyTorch's HUD: ratios and throughputs must stay at 0.95x of the baseline or above, times
   and latencies at 1.15x or below, bytes at 1.10x;
-- statistical: a two-sample test on the two runs' samples (harness.stats.shift_pvalue:
-  Mann-Whitney U for a median, a Fisher exact quantile test for p90/p99) is significant at a
-  false-discovery rate of `stats.ALPHA` over every metric judged (Benjamini-Hochberg).
+- within runs: a two-sample test on the two runs' samples (Mann-Whitney U for a median, a
+  Fisher exact quantile test for p90/p99) is significant;
+- between runs: the change stands out against the spread of the figure from run to run (or
+  process to process), which on a shared machine dwarfs the spread within a run. That spread
+  comes from the machine's history (`--history`, by default the baseline's folder of runs) or
+  from `ab`'s rounds; a t-test on log values with the variance moderated towards the
+  family's (the same figure at other sizes), as limma does, since two or three runs cannot
+  estimate a metric's own spread. Since a past regression must not count as noise for ever,
+  the history of each metric starts at the last step asv's step detection finds.
 
-Improvements are judged the same way. A metric without samples on either side (a single
-figure, a version 1 record) is "unverified", never a regression; so is one whose case ran
-contended (telemetry invalid, outcome `invalid`): its samples are left out.
-
-With `history` (the machine's earlier runs), a change must also leave the band those runs
-spread over (`history_bands`): within-run samples miss the variance between runs, which
-dominates on a shared machine. The band comes from the runs since the last step that asv's
-step detection finds in the series, so a past regression does not widen it for ever.
-
-A conformance case that passed and now fails is a regression whatever its figures.
+Both tests are combined (the larger p-value) and corrected for the number of metrics tested
+(Benjamini-Hochberg at a false-discovery rate of 5%). Improvements are judged the same way.
+A metric without samples is "unverified", never a regression; so is one whose case ran
+contended (telemetry invalid), and one past its tolerance whose spread between runs nobody
+measured. A conformance case that passed and now fails is a regression whatever its figures.
 Comparing runs of different machines (CPU model or flags, core count, GPU model, driver
 major) is refused unless asked for (`machine_differences`).
 """
@@ -54,8 +55,6 @@ AB_THRESHOLDS: dict[str, float] = {kind: 0.05 for kind in DEFAULT_THRESHOLDS}
 # Absolute slack for kinds whose baseline may be near zero or negative (an error of 0 B, an
 # overhead of -0.3%), where a relative change means nothing.
 ABSOLUTE_SLACK = {"error": 1e-9, "overhead": 1.0}
-# A history band is the centre of the recent runs +- this many robust standard deviations.
-BAND_SIGMAS = 3.0
 HISTORY_RUNS = 10  # the most recent runs a band is estimated from
 VERDICTS = ("regression", "improvement", "unchanged", "unverified", "new", "gone")
 
@@ -148,14 +147,87 @@ def compare_metric(case: str, a: dict, b: dict, thresholds: dict[str, float],
     return c
 
 
-def decide(changes: list[Change], alpha: float = stats.ALPHA) -> None:
-    """Verdicts from the practical threshold and the corrected tests, in place."""
-    tested = [c for c in changes if c.pvalue is not None and c.verdict == "unchanged"
-              and not c.why]
-    for c, p in zip(tested, stats.adjust([c.pvalue for c in tested]), strict=True):
+# (result key, metric key) -> run-level values of the baseline side, and of the candidate
+# side (None: the candidate run's own value). From history: the earlier runs and the
+# candidate; from `ab`: each side's rounds, one value per fresh process.
+Replicates = dict[tuple[str, tuple[str, str]], tuple[list[float], list[float] | None]]
+
+
+def _family(c: Change) -> tuple[str, str]:
+    """Metrics whose run-to-run spread is alike: one case's figures of one kind (its times,
+    its latencies, its ratios), across parameters and labels (models, sizes, paths)."""
+    return c.case.split("[")[0], c.kind
+
+
+# kinds whose figures sit near zero or change sign (an error of 0 B, an overhead of -0.3%):
+# no relative spread between runs; changes past their (absolute) tolerance stay unverified
+NO_RELATIVE_SPREAD = ("error", "overhead", "value", "count")
+MAX_LOG_BAND = math.log(1000.0)  # a band wider than 1000x is reported as none
+
+
+def between_runs(changes: list[Change], replicates: Replicates) -> dict[int, tuple]:
+    """For each change (by index) the moderated test of its run-level values: (p, se, df,
+    values of the baseline side)."""
+    groups: dict[tuple[str, str], list[list[list[float]]]] = {}
+    sides = {}
+    for i, c in enumerate(changes):
+        rep = replicates.get((c.case, (c.metric, repr(sorted(c.labels.items())))))
+        if rep is None or c.candidate is None or c.kind in NO_RELATIVE_SPREAD:
+            continue
+        a, b = rep
+        b = b if b is not None else [c.candidate]
+        if min(a + b, default=0) <= 0:
+            continue  # log values: a figure at or below zero has no relative spread
+        sides[i] = (a, b)
+        groups.setdefault(_family(c), []).append([a, b])
+    priors = {f: stats.family_prior(g) for f, g in groups.items()}
+    out = {}
+    for i, (a, b) in sides.items():
+        c = changes[i]
+        res = stats.moderated_test(a, b, priors[_family(c)])
+        if res is not None:
+            out[i] = (*res, a)
+    return out
+
+
+def decide(changes: list[Change], replicates: Replicates | None,
+           alpha: float = stats.ALPHA) -> None:
+    """Verdicts, in place. A change is a regression (improvement) when it is past its kind's
+    tolerance in the bad (good) direction and significant, after the false-discovery-rate
+    correction over every metric tested, both against the samples within the runs and
+    against the spread between runs (`replicates`). Without replicates the spread between
+    runs is unknown: a change past the tolerance is then unverified, not a verdict."""
+    between = between_runs(changes, replicates) if replicates else {}
+    tested = [i for i, c in enumerate(changes)
+              if c.pvalue is not None and c.verdict == "unchanged" and not c.why]
+    combined = []
+    for i in tested:
+        c = changes[i]
+        if i in between:
+            p_between, se, df, _ = between[i]
+            c.extra.update(p_within=c.pvalue, p_between=p_between, se_log=se, df=df)
+            combined.append(max(c.pvalue, p_between))  # both must be significant
+        else:
+            combined.append(c.pvalue)
+    adjusted = stats.adjust(combined)
+    crit = {}
+    for i, p in zip(tested, adjusted, strict=True):
+        c = changes[i]
         c.adjusted = p
+        if i in between:
+            _, se, df, a = between[i]
+            # the smallest change this many tests and this spread let through
+            t = crit.setdefault(df, stats.t_quantile(1 - alpha / (2 * len(tested)), df))
+            if t * se < MAX_LOG_BAND:  # else no change of any size could be told from noise
+                c.detectable = float(np.expm1(t * se))
+                centre = float(np.exp(np.mean(np.log(a))))
+                c.band = [centre * float(np.exp(-t * se)), centre * float(np.exp(t * se))]
         significant = p < alpha
-        if c.beyond and significant:
+        if c.beyond and i not in between:
+            c.verdict = "unverified"
+            c.why = ("past the tolerance, but the spread between runs is unknown (no history: "
+                     f"--history, or ab); within-run p {c.pvalue:.2g}")
+        elif c.beyond and significant:
             c.verdict = "regression" if c.beyond < 0 else "improvement"
             c.why = f"past the tolerance and significant (adjusted p {p:.2g})"
         elif c.beyond:
@@ -167,7 +239,10 @@ def decide(changes: list[Change], alpha: float = stats.ALPHA) -> None:
 
 
 def compare_runs(base: dict, cand: dict, thresholds: dict[str, float] | None = None,
-                 history: list[dict] | None = None, alpha: float = stats.ALPHA) -> list[Change]:
+                 history: list[dict] | None = None, alpha: float = stats.ALPHA,
+                 replicates: Replicates | None = None) -> list[Change]:
+    """The changes from `base` to `cand`. The spread between runs comes from `history` (the
+    machine's earlier runs, oldest first) or from `replicates` (ab's rounds)."""
     th = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
     base_by_key = {result_key(e): e for e in base["results"]}
     changes: list[Change] = []
@@ -189,31 +264,18 @@ def compare_runs(base: dict, cand: dict, thresholds: dict[str, float] | None = N
                 changes.append(compare_metric(key, old_metrics[k], m, th, invalid))
     changes.extend(Change(k, "(case)", {}, "", "case", None, None, None, None, None,
                           verdict="gone") for k in base_by_key)
-    decide(changes, alpha)
     if history:
-        apply_history(changes, history_bands(history))
+        replicates = {**history_replicates(history), **(replicates or {})}
+    decide(changes, replicates, alpha)
     return changes
 
 
 # --- history ----------------------------------------------------------------------------
 
 
-@dataclass
-class Band:
-    centre: float
-    low: float
-    high: float
-    spread: float  # robust relative standard deviation between runs
-    runs: int  # runs in the current segment (since the last detected step)
-
-    @property
-    def detectable(self) -> float:
-        """The smallest relative change this history lets through."""
-        return BAND_SIGMAS * self.spread
-
-
 def _current_segment(values: list[float]) -> list[float]:
-    """The values since the last step asv's step detection finds in the series."""
+    """The values since the last step asv's step detection finds in the series: a past
+    regression (or fix) must not count as run-to-run noise for ever."""
     from asv.step_detect import detect_steps
 
     if len(values) < 3:
@@ -223,8 +285,9 @@ def _current_segment(values: list[float]) -> list[float]:
     return values[left:] if len(values) - left >= 2 else values
 
 
-def history_bands(runs: list[dict]) -> dict[tuple[str, tuple[str, str]], Band]:
-    """Each metric's band over the history `runs` (oldest first), from valid results."""
+def history_replicates(runs: list[dict]) -> Replicates:
+    """Each metric's values in the machine's earlier `runs` (oldest first, the last
+    HISTORY_RUNS, valid results only), since its last step."""
     series: dict[tuple[str, tuple[str, str]], list[float]] = {}
     for run in runs[-HISTORY_RUNS:]:
         for e in run["results"]:
@@ -233,34 +296,7 @@ def history_bands(runs: list[dict]) -> dict[tuple[str, tuple[str, str]], Band]:
             for m in e["metrics"]:
                 if m.get("value") is not None and math.isfinite(m["value"]):
                     series.setdefault((result_key(e), metric_key(m)), []).append(m["value"])
-    bands = {}
-    for key, values in series.items():
-        seg = np.asarray(_current_segment(values), dtype=float)
-        centre = float(np.median(seg))
-        if seg.size < 2 or centre == 0:
-            continue
-        mad = 1.4826 * float(np.median(np.abs(seg - centre)))
-        half_range = float(seg.max() - seg.min()) / 2
-        # with a handful of runs the MAD can be 0 by chance: the half range bounds it below
-        spread = max(mad, half_range) / abs(centre)
-        width = BAND_SIGMAS * spread * abs(centre)
-        bands[key] = Band(centre, centre - width, centre + width, spread, int(seg.size))
-    return bands
-
-
-def apply_history(changes: list[Change], bands: dict) -> None:
-    """Keep a regression or improvement only when the candidate leaves the history's band."""
-    for c in changes:
-        band = bands.get((c.case, (c.metric, repr(sorted(c.labels.items())))))
-        if band is None:
-            if c.verdict in ("regression", "improvement") and c.metric not in ("(outcome)",):
-                c.verdict, c.why = "unverified", "no history for this metric"
-            continue
-        c.band, c.detectable = [band.low, band.high], band.detectable
-        if c.verdict in ("regression", "improvement") and band.low <= c.candidate <= band.high:
-            c.why = (f"inside the history's band [{band.low:.4g}, {band.high:.4g}] "
-                     f"({band.runs} runs): {c.why}")
-            c.verdict = "unchanged"
+    return {k: (_current_segment(v), None) for k, v in series.items()}
 
 
 # --- machines -----------------------------------------------------------------------------

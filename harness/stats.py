@@ -125,6 +125,64 @@ def adjust(pvalues: Sequence[float]) -> list[float]:
     return [float(p) for p in sps.false_discovery_control(np.asarray(pvalues), method="bh")]
 
 
+PRIOR_DF = 4.0  # weight of a metric family's spread against a metric's own (limma's d0)
+FAMILY_MIN = 3  # members with a spread of their own a family needs to lend it to them
+# The family's spread is a high quantile of its members' rather than their median: with two
+# or three runs a noisy member can look quiet by chance, and must not then borrow a quiet
+# family's confidence (judged on A/A runs of this machine, see the closing note of issue 12).
+FAMILY_QUANTILE = 0.75
+
+
+def family_prior(groups: Sequence[Sequence[Sequence[float]]]) -> float | None:
+    """The typical run-to-run variance of log values in a family of metrics (the same figure
+    at other sizes or settings): a high quantile of their pooled within-group variances (None
+    for a family of fewer than FAMILY_MIN members). Each item
+    of `groups` is one metric's groups of replicate values (e.g. the runs of each side)."""
+    variances = []
+    for metric in groups:
+        ss, df = 0.0, 0
+        for g in metric:
+            x = np.log(np.asarray(g, dtype=float))
+            if x.size > 1:
+                ss += float(((x - x.mean()) ** 2).sum())
+                df += x.size - 1
+        if df:
+            variances.append(ss / df)
+    if len(variances) < FAMILY_MIN:
+        return None
+    return float(np.quantile(variances, FAMILY_QUANTILE))
+
+
+def moderated_test(a: Sequence[float], b: Sequence[float], prior_var: float | None,
+                   prior_df: float = PRIOR_DF) -> tuple[float, float, float] | None:
+    """Two-sample t-test on log values, one value per run or process, with the variance
+    moderated towards the family's (Smyth's empirical-Bayes t of limma): a metric with two or
+    three runs cannot estimate its own run-to-run spread, its family can.
+
+    Returns (two-sided p-value, standard error of the log change, degrees of freedom), or None
+    when neither the runs nor the family give any spread."""
+    x, y = np.log(np.asarray(a, dtype=float)), np.log(np.asarray(b, dtype=float))
+    if x.size == 0 or y.size == 0:
+        return None
+    ss = float(((x - x.mean()) ** 2).sum() + ((y - y.mean()) ** 2).sum())
+    df = x.size + y.size - 2
+    if prior_var is None:
+        if df == 0:
+            return None
+        var, dof = ss / df, float(df)
+    else:
+        var, dof = (prior_df * prior_var + ss) / (prior_df + df), prior_df + df
+    se = float(np.sqrt(var * (1 / x.size + 1 / y.size)))
+    if se == 0:
+        return (0.0 if y.mean() != x.mean() else 1.0), 0.0, dof
+    t = (y.mean() - x.mean()) / se
+    return float(2 * sps.t.sf(abs(t), dof)), se, dof
+
+
+def t_quantile(p: float, df: float) -> float:
+    return float(sps.t.ppf(p, df))
+
+
 def detectable_change(samples: Sequence[float], q: float = 0.5) -> float | None:
     """The relative half-width of the metric's interval: changes smaller than this cannot be
     told from noise with one run's samples."""

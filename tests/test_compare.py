@@ -63,38 +63,62 @@ def test_a_ratio_carries_a_bootstrap_interval_from_its_inputs():
     assert len(m.samples) == 40  # paired block ratios, what compare tests
 
 
+def _history(rng, metrics: int, runs: int = 4, between: float = 0.03,
+             within: float = 0.2, level: float = 1.0) -> list[dict]:
+    """Runs whose figures wander `between` (log sd) from run to run, each with samples."""
+    return [_run([_metric("t", _samples(rng, level * rng.lognormal(0, between), spread=within),
+                          labels={"i": i}) for i in range(metrics)]) for _ in range(runs)]
+
+
 def test_identical_distributions_across_many_metrics_flag_nothing():
-    """300 metrics drawn from the same distributions on both sides: the corrected tests
-    leave every one unflagged, though some move past a tolerance by chance."""
+    """300 metrics from the same distributions, run after run: the tests, corrected for
+    their number, leave every one unflagged, though many move past a tolerance by chance."""
     rng = np.random.default_rng(2)
-    a = _run([_metric("t", _samples(rng, 1.0, spread=0.2), labels={"i": i}) for i in range(300)])
-    b = _run([_metric("t", _samples(rng, 1.0, spread=0.2), labels={"i": i}) for i in range(300)])
-    changes = compare.compare_runs(a, b, {"time": 0.02})
+    history = _history(rng, 300)
+    cand = _history(rng, 300, runs=1)[0]
+    changes = compare.compare_runs(history[-1], cand, {"time": 0.02}, history=history)
     assert sum(abs(c.beyond) for c in changes) > 10  # the tolerance alone would cry wolf
     assert compare.counts(changes)["regression"] == 0
     assert compare.counts(changes)["improvement"] == 0
+    assert all(c.adjusted is not None for c in changes)  # every one was tested
 
 
 def test_a_real_slowdown_is_a_regression_with_its_interval():
     rng = np.random.default_rng(3)
-    a = _run([_metric("t", _samples(rng, 1.0)), _metric("u", _samples(rng, 1.0))])
+    history = [_run([_metric("t", _samples(rng, lv)), _metric("u", _samples(rng, lv))])
+               for lv in (1.0, 1.02, 0.99)]
     b = _run([_metric("t", _samples(rng, 1.25)), _metric("u", _samples(rng, 1.0))])
-    changes = {c.metric: c for c in compare.compare_runs(a, b)}
+    changes = {c.metric: c for c in compare.compare_runs(history[-1], b, history=history)}
     assert changes["t"].verdict == "regression"
     lo, hi = changes["t"].interval
-    assert lo < 1.25 < hi and lo > 1.15
+    assert lo < changes["t"].factor < hi and lo > 1.15
+    assert changes["t"].detectable < 0.25  # what this history lets through
     assert changes["u"].verdict == "unchanged"
     assert compare.fmt_change(changes["t"]).startswith(f"{changes['t'].factor:.3g}x [")
+
+
+def test_without_a_spread_between_runs_a_change_is_unverified():
+    """Two runs alone cannot tell a regression from run-to-run noise: no verdict."""
+    rng = np.random.default_rng(3)
+    a = _run([_metric("t", _samples(rng, 1.0))])
+    b = _run([_metric("t", _samples(rng, 1.5))])
+    (c,) = compare.compare_runs(a, b)
+    assert c.verdict == "unverified" and "spread between runs is unknown" in c.why
+    assert c.pvalue < 1e-6  # though the samples within the runs differ beyond doubt
 
 
 def test_a_tail_shift_is_judged_on_the_tail():
     """p99 moves (a slow mode appears) while the median does not: the quantile test sees it."""
     rng = np.random.default_rng(4)
-    base = _samples(rng, 1.0, n=400, spread=0.02)
+
+    def calls():
+        return _samples(rng, 1.0, n=400, spread=0.02)
+
+    history = [_run([_metric("p99", calls(), q=0.99, kind="latency")]) for _ in range(3)]
+    base = calls()
     tail = base[:360] + [3.0] * 40
-    a = _run([_metric("p99", base, q=0.99, kind="latency")])
     b = _run([_metric("p99", tail, q=0.99, kind="latency")])
-    (c,) = compare.compare_runs(a, b)
+    (c,) = compare.compare_runs(history[-1], b, history=history)
     assert c.verdict == "regression" and c.factor > 2
     # the same calls' median barely moved: within the tolerance, no verdict on it
     (m,) = compare.compare_runs(_run([_metric("p50", base, kind="latency")]),
@@ -128,23 +152,39 @@ def test_contended_results_are_left_out_and_said_so():
     assert c.verdict == "unverified" and "host busy" in c.why
 
 
-def test_history_band_absorbs_run_to_run_spread_and_passes_a_step_outside_it():
+def test_the_spread_between_runs_absorbs_wandering_and_passes_a_step_outside_it():
     rng = np.random.default_rng(6)
     # five earlier runs whose level wanders +-10% between runs, though each is tight within
     levels = [1.0, 1.1, 0.92, 1.05, 0.97]
     history = [_run([_metric("t", _samples(rng, lv, spread=0.01))]) for lv in levels]
-    base = history[-1]
     within = _run([_metric("t", _samples(rng, 1.12, spread=0.01))])
     outside = _run([_metric("t", _samples(rng, 1.6, spread=0.01))])
-    plain = {c.metric: c for c in compare.compare_runs(base, within)}
-    assert plain["t"].verdict == "regression"  # within-run statistics alone cry wolf
-    (c,) = compare.compare_runs(base, within, history=history)
-    assert c.verdict == "unchanged" and "band" in c.why and c.detectable > 0.1
-    (c,) = compare.compare_runs(base, outside, history=history)
+    (c,) = compare.compare_runs(history[-1], within, history=history)
+    assert c.pvalue < 1e-6  # within-run statistics alone would cry wolf
+    assert c.verdict == "unchanged" and c.extra["p_between"] > 0.05
+    assert c.band[0] < 1.12 < c.band[1] and c.detectable > 0.1
+    (c,) = compare.compare_runs(history[-1], outside, history=history)
     assert c.verdict == "regression"
 
 
-def test_history_band_restarts_after_a_step():
+def test_a_metric_noisier_than_its_family_keeps_its_own_spread():
+    """The family's spread moderates a metric's own, never hides a metric that is noisy."""
+    rng = np.random.default_rng(10)
+    runs = []
+    for _ in range(4):
+        quiet = [_metric("t", _samples(rng, rng.lognormal(0, 0.01), spread=0.01),
+                         labels={"i": i}) for i in range(8)]
+        noisy = _metric("t", _samples(rng, rng.lognormal(0, 0.3), spread=0.01),
+                        labels={"i": "noisy"})
+        runs.append(_run([*quiet, noisy]))
+    cand = _run([_metric("t", _samples(rng, 1.3, spread=0.01), labels={"i": i})
+                 for i in [*range(8), "noisy"]])
+    changes = {c.labels["i"]: c for c in compare.compare_runs(runs[-1], cand, history=runs)}
+    assert all(changes[i].verdict == "regression" for i in range(8))
+    assert changes["noisy"].detectable > changes[0].detectable
+
+
+def test_history_restarts_after_a_step():
     values = [1.0, 1.01, 0.99, 1.0, 2.0, 2.02, 1.98, 2.01]
     assert compare._current_segment(values) == values[4:]
 
@@ -172,18 +212,23 @@ def test_compare_refuses_verdicts_across_machines_and_names_the_fields(tmp_path)
     assert judged.returncode == 0 and "different hardware, judged anyway" in judged.stdout
 
 
-def test_compare_with_history_prints_the_detectable_change(tmp_path):
+def test_compare_takes_the_baselines_folder_as_history_and_prints_what_it_can_detect(
+        tmp_path):
     rng = np.random.default_rng(8)
     hist = tmp_path / "hist"
     for i, lv in enumerate([1.0, 1.1, 0.92, 1.05]):
-        _write(hist, f"2026010{i}T000000Z-quick.json", _run([_metric("t", _samples(rng, lv))]))
+        _write(hist, f"2026010{i}T000000Z-quick.json",
+               _run([_metric("t", _samples(rng, lv), labels={"i": j}) for j in range(6)]))
     base, cand = hist / "20260103T000000Z-quick.json", _write(
-        tmp_path, "c.json", _run([_metric("t", _samples(rng, 1.12))]))
-    out = _compare(base, cand, "--history", hist, "--json", tmp_path / "c.json.out")
+        tmp_path, "c.json",
+        _run([_metric("t", _samples(rng, 1.12), labels={"i": j}) for j in range(6)]))
+    out = _compare(base, cand, "--json", tmp_path / "c.json.out")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "minimum detectable change per metric" in out.stdout
-    (c,) = json.loads((tmp_path / "c.json.out").read_text())
-    assert c["verdict"] == "unchanged" and c["band"][0] < 1.12 < c["band"][1]
+    assert "history: 4 runs; minimum detectable change" in out.stdout
+    changes = json.loads((tmp_path / "c.json.out").read_text())
+    assert {c["verdict"] for c in changes} == {"unchanged"}
+    alone = _compare(base, cand, "--no-history")
+    assert "the spread between runs is unknown" in alone.stdout
 
 
 @pytest.mark.parametrize("rounds, order", [(1, "AB"), (2, "ABBA"), (3, "ABBAAB")])

@@ -26,7 +26,7 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def _slowed(fn, factor: float):
+def _slowed(fn, factor: float, op: str | None = None):
     import torch
 
     def slowed(*args, **kwargs):
@@ -41,6 +41,10 @@ def _slowed(fn, factor: float):
         return out
 
     slowed.__wrapped__ = fn
+    if op is not None:
+        # TorchScript compiles a call of torch.mm to the aten op: keep it doing so (scripted
+        # code runs without Python, so it cannot be slowed this way anyway)
+        torch.jit._builtins._register_builtin(slowed, op)
     return slowed
 
 
@@ -52,9 +56,9 @@ def _plant(spec: str) -> None:
     if "matmul" in opts:
         f = float(opts["matmul"])
         for name in ("linear", "conv1d", "conv2d", "conv3d"):
-            setattr(F, name, _slowed(getattr(F, name), f))
+            setattr(F, name, _slowed(getattr(F, name), f, f"aten::{name}"))
         for name in ("matmul", "mm", "bmm", "addmm"):
-            setattr(torch, name, _slowed(getattr(torch, name), f))
+            setattr(torch, name, _slowed(getattr(torch, name), f, f"aten::{name}"))
         torch.Tensor.__matmul__ = _slowed(torch.Tensor.__matmul__, f)
         torch.Tensor.matmul = _slowed(torch.Tensor.matmul, f)
     if "rpc_us" in opts:
