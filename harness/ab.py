@@ -10,6 +10,7 @@ contended rounds left out), and the two merged runs are judged by `harness.compa
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -156,15 +157,17 @@ def round_values(a_runs: list[dict], b_runs: list[dict]) -> compare.Replicates:
 
 
 def ab(a: str, b: str, suites: list[str], run_args: list[str], rounds: int, out_dir: Path,
-       progress: Callable[[str], None],
-       thresholds: dict[str, float] | None = None) -> dict[str, Any]:
-    """Run the A/B comparison; returns {"A": run, "B": run, "changes": [...], "dir": Path}."""
+       progress: Callable[[str], None], thresholds: dict[str, float] | None = None,
+       history: list[dict] | None = None) -> dict[str, Any]:
+    """Run the A/B comparison; returns {"A": run, "B": run, "changes": [...], "dir": Path}.
+
+    Every round's run is kept under `<dir>/rounds/`, so that `judge` can give the verdicts
+    again (other thresholds, another history) without measuring again."""
     pythons = {"A": python_of(a), "B": python_of(b)}
     versions = {side: torch_version(p) for side, p in pythons.items()}
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     base = out_dir / f"ab-{stamp}"
     order = schedule(rounds)
-    rounds_of: dict[str, list[dict]] = {"A": [], "B": []}
     step, total = 0, len(suites) * len(order)
     for suite in suites:
         for i, side in enumerate(order):
@@ -172,21 +175,42 @@ def ab(a: str, b: str, suites: list[str], run_args: list[str], rounds: int, out_
             where = base / "rounds" / f"{suite}-{i:02d}-{side}"
             progress(f"[{step}/{total}] {side} {suite} (round {i // 2 + 1}) ...")
             t0 = time.perf_counter()
-            path = run_round(pythons[side], suite, run_args, where, base / f"{side}.log")
-            if path is None:
+            if run_round(pythons[side], suite, run_args, where, base / f"{side}.log") is None:
                 raise AbError(f"side {side} wrote no run for suite {suite}; see "
-                                        f"{base / f'{side}.log'}")
-            rounds_of[side].append(records.read_run(path))
+                              f"{base / f'{side}.log'}")
             progress(f"[{step}/{total}] {side} {suite} done in {time.perf_counter() - t0:.0f} s")
+    records.write_json_atomic(base / "ab.json", {
+        "A": {"python": str(pythons["A"]), "torch": versions["A"]},
+        "B": {"python": str(pythons["B"]), "torch": versions["B"]},
+        "rounds": rounds, "schedule": "".join(order), "suites": suites})
+    return judge(base, thresholds, history)
+
+
+def judge(base: Path, thresholds: dict[str, float] | None = None,
+          history: list[dict] | None = None) -> dict[str, Any]:
+    """The verdicts of an A/B comparison from its stored rounds: each side merged, judged
+    with the rounds' spread (and the history's as a floor under it)."""
+    try:
+        meta = json.loads((base / "ab.json").read_text())
+    except (OSError, ValueError) as e:
+        raise AbError(f"{base}: not an ab folder ({e})") from e
+    rounds_of: dict[str, list[dict]] = {"A": [], "B": []}
+    for folder in sorted((base / "rounds").iterdir()):
+        rounds_of[folder.name.rsplit("-", 1)[1]].append(
+            records.read_run(records.resolve_run(folder)))
     merged = {side: merge_runs(runs) for side, runs in rounds_of.items()}
+    versions = {side: meta[side]["torch"] for side in merged}
     for side in merged:
-        merged[side]["ab"] = {"side": side, "python": str(pythons[side]), "rounds": rounds,
-                              "torch": versions[side], "schedule": "".join(order)}
+        merged[side]["ab"] = {"side": side, **meta[side], "rounds": meta["rounds"],
+                              "schedule": meta["schedule"]}
         records.write_json_atomic(base / f"{side}.json", records.scrub_paths(merged[side]))
     changes = compare.compare_runs(merged["A"], merged["B"],
                                    {**compare.AB_THRESHOLDS, **(thresholds or {})},
+                                   history=history,
                                    replicates=round_values(rounds_of["A"], rounds_of["B"]))
     records.write_json_atomic(base / "comparison.json", {
-        "A": versions["A"], "B": versions["B"], "rounds": rounds,
+        "A": versions["A"], "B": versions["B"], "rounds": meta["rounds"],
+        "history_runs": len(history or []),
         "counts": compare.counts(changes), "changes": [c.to_json() for c in changes]})
-    return {**merged, "changes": changes, "dir": base, "versions": versions}
+    return {**merged, "changes": changes, "dir": base, "versions": versions,
+            "rounds": meta["rounds"], "schedule": meta["schedule"]}

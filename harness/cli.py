@@ -125,8 +125,17 @@ def _build_parser() -> argparse.ArgumentParser:
 
     ab = sub.add_parser("ab", help="the same cases in two Python environments, interleaved in "
                                    "fresh processes; exit 1 on regression")
-    ab.add_argument("a", metavar="A", help="a venv folder or a Python executable (baseline)")
-    ab.add_argument("b", metavar="B", help="a venv folder or a Python executable (candidate)")
+    ab.add_argument("a", metavar="A", nargs="?",
+                    help="a venv folder or a Python executable (baseline)")
+    ab.add_argument("b", metavar="B", nargs="?",
+                    help="a venv folder or a Python executable (candidate)")
+    ab.add_argument("--history", metavar="DIR",
+                    help="this machine's runs, whose run-to-run spread of each metric is a "
+                         "floor under the rounds' (default: results/runs/<machine> if there)")
+    ab.add_argument("--no-history", action="store_true",
+                    help="judge by the rounds' spread alone")
+    ab.add_argument("--judge", metavar="AB_DIR",
+                    help="give the verdicts again from an earlier ab's stored rounds")
     ab.add_argument("--suite", action="append", metavar="S",
                     help="a suite to run (repeatable; default: all)")
     ab.add_argument("--case", metavar="TEXT", help="only cases whose name contains TEXT")
@@ -342,6 +351,23 @@ def _cmd_compare(args) -> int:
     return EXIT_FAILED if counts["regression"] else EXIT_OK
 
 
+def _ab_history(args) -> list[dict] | None:
+    from pathlib import Path
+
+    from harness import machine
+
+    if args.no_history:
+        return None
+    if args.history:
+        spec = args.history
+    else:
+        spec = Path("results/runs") / machine.machine_name()
+        if not spec.is_dir():
+            return None
+    me = {"machine": {"name": machine.machine_name()}, "profile": args.profile}
+    return _history(spec, me, set(), required=bool(args.history))
+
+
 def _cmd_ab(args) -> int:
     from pathlib import Path
 
@@ -353,15 +379,22 @@ def _cmd_ab(args) -> int:
         raise UsageError(f"unknown suite {unknown[0]!r} (suites: {', '.join(names)})")
     if args.rounds < 1:
         raise UsageError(f"--rounds must be at least 1, got {args.rounds}")
+    if not args.judge and not (args.a and args.b):
+        raise UsageError("ab needs two environments, A and B (or --judge AB_DIR)")
+    history = _ab_history(args)
     run_args = ["--profile", args.profile] + (["--case", args.case] if args.case else [])
     try:
-        res = ab.ab(args.a, args.b, args.suite or names, run_args, args.rounds, Path(args.out),
-                    lambda s: print(s, file=sys.stderr, flush=True), dict(args.threshold))
+        if args.judge:
+            res = ab.judge(Path(args.judge), dict(args.threshold), history)
+        else:
+            res = ab.ab(args.a, args.b, args.suite or names, run_args, args.rounds,
+                        Path(args.out), lambda s: print(s, file=sys.stderr, flush=True),
+                        dict(args.threshold), history)
     except ab.AbError as e:
         raise UsageError(str(e)) from e
-    print(f"A: {args.a} (torch {res['versions']['A']})\nB: {args.b} "
-          f"(torch {res['versions']['B']})\n{args.rounds} rounds per side, schedule "
-          f"{''.join(ab.schedule(args.rounds))} per suite")
+    print(f"A: torch {res['versions']['A']}\nB: torch {res['versions']['B']}\n"
+          f"{res['rounds']} rounds per side, schedule {res['schedule']} per suite; "
+          f"history: {len(history) if history else 'none'} runs")
     counts = _print_changes(res["changes"], False)
     print(f"both sides' runs and the comparison are in {res['dir']}")
     return EXIT_FAILED if counts["regression"] else EXIT_OK

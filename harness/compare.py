@@ -165,9 +165,13 @@ NO_RELATIVE_SPREAD = ("error", "overhead", "value", "count")
 MAX_LOG_BAND = math.log(1000.0)  # a band wider than 1000x is reported as none
 
 
-def between_runs(changes: list[Change], replicates: Replicates) -> dict[int, tuple]:
+def between_runs(changes: list[Change], replicates: Replicates,
+                 floors: dict | None = None) -> dict[int, tuple]:
     """For each change (by index) the moderated test of its run-level values: (p, se, df,
-    values of the baseline side)."""
+    values of the baseline side). `floors` (metric key -> variance of its log values in the
+    machine's history) keeps a metric's prior spread at least what its history showed: a
+    figure that flips between two levels from one process to the next (a small autocast
+    GEMM here: 0.13 or 0.20 ms) can look steady in ab's few rounds."""
     groups: dict[tuple[str, str], list[list[list[float]]]] = {}
     sides = {}
     for i, c in enumerate(changes):
@@ -184,20 +188,24 @@ def between_runs(changes: list[Change], replicates: Replicates) -> dict[int, tup
     out = {}
     for i, (a, b) in sides.items():
         c = changes[i]
-        res = stats.moderated_test(a, b, priors[_family(c)])
+        prior = priors[_family(c)]
+        floor = (floors or {}).get((c.case, (c.metric, repr(sorted(c.labels.items())))))
+        if floor is not None:
+            prior = floor if prior is None else max(prior, floor)
+        res = stats.moderated_test(a, b, prior)
         if res is not None:
             out[i] = (*res, a)
     return out
 
 
 def decide(changes: list[Change], replicates: Replicates | None,
-           alpha: float = stats.ALPHA) -> None:
+           alpha: float = stats.ALPHA, floors: dict | None = None) -> None:
     """Verdicts, in place. A change is a regression (improvement) when it is past its kind's
     tolerance in the bad (good) direction and significant, after the false-discovery-rate
     correction over every metric tested, both against the samples within the runs and
     against the spread between runs (`replicates`). Without replicates the spread between
     runs is unknown: a change past the tolerance is then unverified, not a verdict."""
-    between = between_runs(changes, replicates) if replicates else {}
+    between = between_runs(changes, replicates, floors) if replicates else {}
     tested = [i for i, c in enumerate(changes)
               if c.pvalue is not None and c.verdict == "unchanged" and not c.why]
     combined = []
@@ -242,7 +250,8 @@ def compare_runs(base: dict, cand: dict, thresholds: dict[str, float] | None = N
                  history: list[dict] | None = None, alpha: float = stats.ALPHA,
                  replicates: Replicates | None = None) -> list[Change]:
     """The changes from `base` to `cand`. The spread between runs comes from `history` (the
-    machine's earlier runs, oldest first) or from `replicates` (ab's rounds)."""
+    machine's earlier runs, oldest first) or from `replicates` (ab's rounds); given both, the
+    history's spread of each metric is a floor under the rounds'."""
     th = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
     base_by_key = {result_key(e): e for e in base["results"]}
     changes: list[Change] = []
@@ -264,9 +273,12 @@ def compare_runs(base: dict, cand: dict, thresholds: dict[str, float] | None = N
                 changes.append(compare_metric(key, old_metrics[k], m, th, invalid))
     changes.extend(Change(k, "(case)", {}, "", "case", None, None, None, None, None,
                           verdict="gone") for k in base_by_key)
-    if history:
-        replicates = {**history_replicates(history), **(replicates or {})}
-    decide(changes, replicates, alpha)
+    floors = None
+    if history and replicates is None:
+        replicates = history_replicates(history)
+    elif history:  # ab's rounds, with the machine's history as a floor under each spread
+        floors = history_floors(history)
+    decide(changes, replicates, alpha, floors)
     return changes
 
 
@@ -283,6 +295,16 @@ def _current_segment(values: list[float]) -> list[float]:
     steps = detect_steps(values)
     left = steps[-1][0] if steps else 0
     return values[left:] if len(values) - left >= 2 else values
+
+
+def history_floors(runs: list[dict]) -> dict:
+    """Each metric's variance of log values over the history (at least 3 runs)."""
+    out = {}
+    for key, (values, _) in history_replicates(runs).items():
+        x = np.log([v for v in values if v > 0])
+        if x.size >= 3:
+            out[key] = float(np.var(x, ddof=1))
+    return out
 
 
 def history_replicates(runs: list[dict]) -> Replicates:

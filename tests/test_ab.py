@@ -19,9 +19,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 BIN = Path(sys.executable).parent
 
 
-def _ab(a, b, out: Path) -> tuple[subprocess.CompletedProcess, dict]:
+def _ab(a, b, out: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
     proc = subprocess.run([BIN / "release-bench", "ab", str(a), str(b), "--suite", "amp",
-                           "--case", "gemm", "--rounds", "2", "--out", str(out)],
+                           "--case", "gemm", "--rounds", "2", "--out", str(out), *extra],
                           capture_output=True, text=True, timeout=900)
     (where,) = list(out.glob("ab-*"))
     return proc, json.loads((where / "comparison.json").read_text())
@@ -39,6 +39,10 @@ def test_ab_of_one_environment_against_itself_flags_nothing(tmp_path):
     judged = [c for c in cmp["changes"] if c["adjusted"] is not None]
     assert len(judged) >= 10  # the GEMM times and TFLOP/s were tested, not waved through
     where = next(tmp_path.glob("ab-*"))
+    again = subprocess.run([BIN / "release-bench", "ab", "--judge", str(where)],
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert json.loads((where / "comparison.json").read_text())["counts"] == cmp["counts"]
     for side in ("A", "B"):  # both sides' merged runs are kept and readable
         run = records.read_run(where / f"{side}.json")
         assert run["ab"]["schedule"] == "ABBA"
@@ -47,7 +51,8 @@ def test_ab_of_one_environment_against_itself_flags_nothing(tmp_path):
 
 def test_ab_flags_a_planted_matmul_slowdown_and_leaves_the_ratios_alone(tmp_path):
     slow = planted_python(tmp_path / "slow-python", "matmul=0.25", sys.executable)
-    proc, cmp = _ab(sys.executable, slow, tmp_path / "out")
+    # the rounds' spread alone: what ab catches without this machine's history
+    proc, cmp = _ab(sys.executable, slow, tmp_path / "out", "--no-history")
     assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
     regressions = _flagged(cmp, "regression")
     # the matmuls long enough to stand out of process-to-process noise with two rounds a

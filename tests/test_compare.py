@@ -231,6 +231,29 @@ def test_compare_takes_the_baselines_folder_as_history_and_prints_what_it_can_de
     assert "the spread between runs is unknown" in alone.stdout
 
 
+def test_in_ab_the_history_keeps_a_flipping_metric_from_looking_steady():
+    """ab's two rounds a side agree by chance on a metric that flips between two levels from
+    process to process; the machine's history has seen it flip, so no verdict."""
+    rng = np.random.default_rng(11)
+    quiet = [_metric("t", _samples(rng, 1.0, spread=0.01), labels={"i": i}) for i in range(6)]
+
+    def run(flip: float) -> dict:
+        return _run([*quiet, _metric("t", _samples(rng, flip, spread=0.01),
+                                     labels={"i": "flips"})])
+
+    a_rounds, b_rounds = [run(1.0), run(1.0)], [run(1.5), run(1.5)]
+    from harness import ab
+
+    reps = ab.round_values(a_rounds, b_rounds)
+    a, b = ab.merge_runs(a_rounds), ab.merge_runs(b_rounds)
+    alone = {c.labels["i"]: c for c in compare.compare_runs(a, b, replicates=reps)}
+    assert alone["flips"].verdict == "regression"  # the rounds alone cry wolf
+    history = [run(lv) for lv in (1.0, 1.5, 1.0, 1.5, 1.5, 1.0)]
+    judged = {c.labels["i"]: c for c in compare.compare_runs(a, b, replicates=reps,
+                                                             history=history)}
+    assert judged["flips"].verdict == "unchanged"
+
+
 @pytest.mark.parametrize("rounds, order", [(1, "AB"), (2, "ABBA"), (3, "ABBAAB")])
 def test_ab_schedule_alternates_who_goes_first(rounds, order):
     from harness import ab
