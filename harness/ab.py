@@ -113,10 +113,7 @@ def merge_entries(entries: list[dict]) -> dict:
         merged["notes"].append(f"ab: {len(entries) - len(valid)} of {len(entries)} rounds "
                                f"measured contended; "
                                + ("left out of the figures" if valid else "all kept: none valid"))
-    if not valid:
-        merged["telemetry"] = entries[0].get("telemetry")
-    else:
-        merged["telemetry"] = valid[0].get("telemetry")
+    merged["telemetry"] = used[0].get("telemetry")
     merged["elapsed_s"] = sum(e.get("elapsed_s", 0) for e in entries)
     merged["details"] = {"rounds": len(entries), "rounds_used": len(used)}
     return merged

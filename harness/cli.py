@@ -63,6 +63,25 @@ def _threshold(text: str) -> tuple[str, float]:
     return kind, value
 
 
+def _add_selection(parser: argparse.ArgumentParser) -> None:
+    """--suite, --case and --profile: what `run` and `ab` measure."""
+    parser.add_argument("--suite", action="append", metavar="S",
+                        help="a suite to run (repeatable; default: all)")
+    parser.add_argument("--case", metavar="TEXT", help="only cases whose name contains TEXT")
+    parser.add_argument("--profile", default="quick", choices=PROFILES)
+
+
+def _selected_suites(args) -> list[str]:
+    """The suites --suite names (all by default); an unknown one is bad input."""
+    from harness import registry
+
+    names = registry.suite_names()
+    unknown = [s for s in args.suite or [] if s not in names]
+    if unknown:
+        raise UsageError(f"unknown suite {unknown[0]!r} (suites: {', '.join(names)})")
+    return args.suite or names
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="release-bench", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -70,10 +89,7 @@ def _build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="the suites, their cases, and what each needs")
 
     run = sub.add_parser("run", help="run suites and write a run record")
-    run.add_argument("--suite", action="append", metavar="S",
-                     help="a suite to run (repeatable; default: all)")
-    run.add_argument("--case", metavar="TEXT", help="only cases whose name contains TEXT")
-    run.add_argument("--profile", default="quick", choices=PROFILES)
+    _add_selection(run)
     run.add_argument("--device", action="append", choices=DEVICES,
                      help="cpu or cuda (repeatable; default: every device present)")
     run.add_argument("--out", default="results/runs", metavar="DIR",
@@ -136,10 +152,7 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="judge by the rounds' spread alone")
     ab.add_argument("--judge", metavar="AB_DIR",
                     help="give the verdicts again from an earlier ab's stored rounds")
-    ab.add_argument("--suite", action="append", metavar="S",
-                    help="a suite to run (repeatable; default: all)")
-    ab.add_argument("--case", metavar="TEXT", help="only cases whose name contains TEXT")
-    ab.add_argument("--profile", default="quick", choices=PROFILES)
+    _add_selection(ab)
     ab.add_argument("--rounds", type=int, default=2, metavar="K",
                     help="fresh processes per side and suite (default 2: A B B A)")
     ab.add_argument("--out", default="results/scratch/ab", metavar="DIR",
@@ -181,12 +194,8 @@ def _devices(requested: Sequence[str] | None, dry_run: bool = False) -> list[str
 def _cmd_run(args) -> int:
     from harness import registry, runner, summary, telemetry
 
-    names = registry.suite_names()
-    unknown = [s for s in args.suite or [] if s not in names]
-    if unknown:
-        raise UsageError(f"unknown suite {unknown[0]!r} (suites: {', '.join(names)})")
+    suites = [registry.load(n) for n in _selected_suites(args)]
     devices = _devices(args.device, args.dry_run)
-    suites = [registry.load(n) for n in (args.suite or names)]
     overrides = dict(args.param)
     planned = runner.plan(suites, args.profile, devices, args.case, overrides)
     if not planned:
@@ -371,12 +380,9 @@ def _ab_history(args) -> list[dict] | None:
 def _cmd_ab(args) -> int:
     from pathlib import Path
 
-    from harness import ab, registry
+    from harness import ab
 
-    names = registry.suite_names()
-    unknown = [s for s in args.suite or [] if s not in names]
-    if unknown:
-        raise UsageError(f"unknown suite {unknown[0]!r} (suites: {', '.join(names)})")
+    suites = _selected_suites(args)
     if args.rounds < 1:
         raise UsageError(f"--rounds must be at least 1, got {args.rounds}")
     if not args.judge and not (args.a and args.b):
@@ -387,7 +393,7 @@ def _cmd_ab(args) -> int:
         if args.judge:
             res = ab.judge(Path(args.judge), dict(args.threshold), history)
         else:
-            res = ab.ab(args.a, args.b, args.suite or names, run_args, args.rounds,
+            res = ab.ab(args.a, args.b, suites, run_args, args.rounds,
                         Path(args.out), lambda s: print(s, file=sys.stderr, flush=True),
                         dict(args.threshold), history)
     except ab.AbError as e:

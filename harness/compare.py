@@ -328,7 +328,7 @@ def hardware_identity(machine: dict) -> dict[str, Any]:
     """The fingerprint fields a verdict depends on."""
     cpu = machine.get("cpu") or {}
     gpus = machine.get("gpus") or []
-    driver = str(machine.get("nvidia_driver") or (gpus[0].get("driver") if gpus else "") or "")
+    driver = str(machine.get("nvidia_driver") or "")
     return {
         "cpu model": cpu.get("model"),
         "cpu flags": sorted(f for f, on in (cpu.get("flags") or {}).items() if on),
@@ -386,18 +386,3 @@ def changes_table(changes: list[Change], show_all: bool = False) -> list[dict[st
             "why": c.why,
         })
     return rows
-
-
-def detectable_changes(run: dict) -> list[tuple[str, float]]:
-    """(metric, relative half-width of its interval) for every metric with samples: the
-    smallest change one run of this profile can tell from noise, worst first."""
-    out = []
-    for e in run["results"]:
-        for m in e["metrics"]:
-            st = m.get("stats") or {}
-            ci = st.get("ci") or [None, None]
-            if None in ci or not m.get("value"):
-                continue
-            out.append((f"{result_key(e)} {metric_id(m['name'], m.get('labels'))}",
-                        (ci[1] - ci[0]) / 2 / abs(m["value"])))
-    return sorted(out, key=lambda x: -x[1])

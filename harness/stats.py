@@ -180,13 +180,3 @@ def moderated_test(a: Sequence[float], b: Sequence[float], prior_var: float | No
 
 def t_quantile(p: float, df: float) -> float:
     return float(sps.t.ppf(p, df))
-
-
-def detectable_change(samples: Sequence[float], q: float = 0.5) -> float | None:
-    """The relative half-width of the metric's interval: changes smaller than this cannot be
-    told from noise with one run's samples."""
-    lo, hi = quantile_ci(samples, q)
-    mid = float(np.quantile(np.asarray(samples, dtype=float), q)) if len(samples) else 0.0
-    if lo is None or hi is None or mid == 0:
-        return None
-    return (hi - lo) / 2 / abs(mid)

@@ -4,6 +4,7 @@ case is invalid, the summary counts it, and the run exits 0 unless something rea
 from __future__ import annotations
 
 import pytest
+from fake_telemetry import HOST_BUSY, FakeTelemetry
 
 from harness import cli, registry, telemetry
 from harness.cases import Context, Suite
@@ -22,34 +23,12 @@ def wrong_result(ctx: Context):
     ctx.check("returns -100", False, "returned 0")
 
 
-class BusyTelemetry:
-    """Every case measured while another process kept the host busy."""
-
-    def __init__(self, interval_s: float):
-        self.info = {"interval_s": interval_s}
-
-    def sampler(self):
-        return self
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-    def summary(self, iterations=None):
-        return {"valid": False, "invalid_reasons": ["host busy: other processes used 98% of a "
-                                                    "core on average"]}
-
-    def close(self):
-        pass
-
-
 @pytest.fixture
 def busy_machine(monkeypatch):
     monkeypatch.setattr(registry, "suite_names", lambda: ["contended"])
     monkeypatch.setattr(registry, "load", lambda name: contended)
-    monkeypatch.setattr(telemetry, "Telemetry", BusyTelemetry)
+    # every case measured while another process kept the host busy
+    monkeypatch.setattr(telemetry, "Telemetry", lambda interval_s: FakeTelemetry(HOST_BUSY))
 
 
 def test_an_invalid_case_is_counted_and_does_not_fail_the_run(busy_machine, tmp_path, capsys):

@@ -6,6 +6,7 @@ import time
 import warnings
 
 import pytest
+from fake_telemetry import HOST_BUSY, FakeTelemetry
 
 from harness import records, runner
 from harness.cases import Context, Skip, Suite
@@ -160,27 +161,7 @@ def test_native_stderr_goes_into_the_record_not_the_terminal(capfd):
 # --- performance checks on a contended machine -------------------------------------------------
 
 
-class FakeTelemetry:
-    """Stands in for harness.telemetry.Telemetry: every case's summary says `reasons`."""
-
-    def __init__(self, *reasons: str):
-        self.reasons = list(reasons)
-        self.info = {"fake": True}  # the run-level part
-
-    def sampler(self):
-        return self
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-    def summary(self, iterations=None):
-        return {"valid": not self.reasons, "invalid_reasons": self.reasons}
-
-
-BUSY = FakeTelemetry("host busy: other processes used 98% of a core on average")
+BUSY = FakeTelemetry(HOST_BUSY)
 
 
 @demo.benchmark(devices=("cpu",))
