@@ -52,7 +52,8 @@ def test_ab_of_one_environment_against_itself_flags_nothing(tmp_path):
 def test_ab_flags_a_planted_matmul_slowdown_and_leaves_the_ratios_alone(tmp_path):
     slow = planted_python(tmp_path / "slow-python", "matmul=0.25", sys.executable)
     # the rounds' spread alone: what ab catches without this machine's history
-    proc, cmp = _ab(sys.executable, slow, tmp_path / "out", "--no-history", "--rounds", "3")
+    proc, cmp = _ab(sys.executable, slow, tmp_path / "out", "--no-history",
+                    "--rounds", "3")
     assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
     regressions = _flagged(cmp, "regression")
     # Process-to-process noise here leaves two rounds a side short of catching every matmul
