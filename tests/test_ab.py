@@ -56,9 +56,9 @@ def test_ab_flags_a_planted_matmul_slowdown_and_leaves_the_ratios_alone(tmp_path
                     "--rounds", "3")
     assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
     regressions = _flagged(cmp, "regression")
-    # Process-to-process noise here leaves two rounds a side short of catching every matmul
-    # (the closing note of issue 12 gives the figures), even with three: a third of them at the least, all as
-    # regressions, none as an improvement.
+    # Process-to-process noise here keeps ab from catching every matmul, even with three
+    # rounds a side (the closing note of issue 12 gives the figures): a third of them at the
+    # least, all as regressions, none as an improvement.
     times = {k for k in regressions if k[0] == "time"}
     assert len(times) >= 3, proc.stdout
     assert not _flagged(cmp, "improvement"), proc.stdout
