@@ -1,11 +1,13 @@
 """`release-bench ab A B`: the same cases in two Python environments, interleaved on one machine.
 
 A and B are two torch builds (a venv folder or a Python executable each), or the same one twice
-for an A/A check. Every suite runs in a fresh process per side and round, in the order
-A B B A A B ..., so that drift over the session (a neighbour, thermal state, the page cache)
-falls on both sides alike and the variance between processes, which dominates on a shared
-machine, is sampled on each side. Each side's rounds are merged into one run (samples pooled,
-contended rounds left out), and the two merged runs are judged by `harness.compare`.
+for an A/A check. Every suite runs in a fresh process per side and round. The session goes
+round by round: each round runs every suite on both sides, A then B or B then A, so that a
+suite's rounds lie minutes apart and each side goes first in half of them. A passing state of
+the machine (a neighbour busy for a minute, the page cache) then falls on one round of both
+sides, not on two rounds of one side, and the variance between processes, which dominates on a
+shared machine, is sampled on each side. Each side's rounds are merged into one run (samples
+pooled, contended rounds left out), and the two merged runs are judged by `harness.compare`.
 """
 
 from __future__ import annotations
@@ -61,8 +63,19 @@ def torch_version(python: Path) -> str:
 
 
 def schedule(rounds: int) -> list[str]:
-    """A B B A A B ...: each side goes first in half of the rounds."""
+    """One suite's sides, round after round: A B B A A B ..., each side first in half of the
+    rounds."""
     return [s for r in range(rounds) for s in (("A", "B") if r % 2 == 0 else ("B", "A"))]
+
+
+def session(suites: list[str], rounds: int) -> list[tuple[str, int, str]]:
+    """(suite, index in that suite's schedule, side) in the order they run: round by round,
+    every suite's two sides in each round. Two rounds of one suite on one side are thus never
+    back to back: run B B, a minute-long state of a shared machine falls on both, and an A/A
+    check on a 2-core VM flagged an 18% change in a busy matmul."""
+    order = schedule(rounds)
+    return [(suite, i, order[i]) for r in range(rounds) for suite in suites
+            for i in (2 * r, 2 * r + 1)]
 
 
 def run_round(python: Path, suite: str, args: list[str], out: Path, log: Path) -> Path | None:
@@ -165,21 +178,20 @@ def ab(a: str, b: str, suites: list[str], run_args: list[str], rounds: int, out_
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     base = out_dir / f"ab-{stamp}"
     order = schedule(rounds)
-    step, total = 0, len(suites) * len(order)
-    for suite in suites:
-        for i, side in enumerate(order):
-            step += 1
-            where = base / "rounds" / f"{suite}-{i:02d}-{side}"
-            progress(f"[{step}/{total}] {side} {suite} (round {i // 2 + 1}) ...")
-            t0 = time.perf_counter()
-            if run_round(pythons[side], suite, run_args, where, base / f"{side}.log") is None:
-                raise AbError(f"side {side} wrote no run for suite {suite}; see "
-                              f"{base / f'{side}.log'}")
-            progress(f"[{step}/{total}] {side} {suite} done in {time.perf_counter() - t0:.0f} s")
+    plan = session(suites, rounds)
+    for step, (suite, i, side) in enumerate(plan, 1):
+        where = base / "rounds" / f"{suite}-{i:02d}-{side}"
+        progress(f"[{step}/{len(plan)}] {side} {suite} (round {i // 2 + 1}) ...")
+        t0 = time.perf_counter()
+        if run_round(pythons[side], suite, run_args, where, base / f"{side}.log") is None:
+            raise AbError(f"side {side} wrote no run for suite {suite}; see "
+                          f"{base / f'{side}.log'}")
+        progress(f"[{step}/{len(plan)}] {side} {suite} done in {time.perf_counter() - t0:.0f} s")
     records.write_json_atomic(base / "ab.json", {
         "A": {"python": str(pythons["A"]), "torch": versions["A"]},
         "B": {"python": str(pythons["B"]), "torch": versions["B"]},
-        "rounds": rounds, "schedule": "".join(order), "suites": suites})
+        "rounds": rounds, "schedule": "".join(order), "order": "round by round",
+        "suites": suites})
     return judge(base, thresholds, history)
 
 

@@ -146,15 +146,16 @@ def _build_parser() -> argparse.ArgumentParser:
     ab.add_argument("b", metavar="B", nargs="?",
                     help="a venv folder or a Python executable (candidate)")
     ab.add_argument("--history", metavar="DIR",
-                    help="this machine's runs, whose run-to-run spread of each metric is a "
-                         "floor under the rounds' (default: results/runs/<machine> if there)")
+                    help="this machine's separate runs (e.g. results/runs/<machine>): each "
+                         "metric's run-to-run spread there is a floor under the rounds' "
+                         "(stricter: it includes the drift between runs that ab cancels)")
     ab.add_argument("--no-history", action="store_true",
-                    help="judge by the rounds' spread alone")
+                    help="judge by the rounds' spread alone (the default)")
     ab.add_argument("--judge", metavar="AB_DIR",
                     help="give the verdicts again from an earlier ab's stored rounds")
     _add_selection(ab)
-    ab.add_argument("--rounds", type=int, default=2, metavar="K",
-                    help="fresh processes per side and suite (default 2: A B B A)")
+    ab.add_argument("--rounds", type=int, default=3, metavar="K",
+                    help="fresh processes per side and suite (default 3: A B, B A, A B)")
     ab.add_argument("--out", default="results/scratch/ab", metavar="DIR",
                     help="where both sides' runs and the comparison go")
     ab.add_argument("--threshold", action="append", default=[], metavar="KIND=TOL",
@@ -308,13 +309,18 @@ def _history_line(history: list[dict] | None, changes) -> str:
     if not history or len(history) < 2:
         return ("no history of this machine beside the baseline: the spread between runs is "
                 "unknown, so changes past a tolerance are unverified (use --history DIR or ab)")
+    return f"history: {len(history)} runs; " + _detectable_line(changes)
+
+
+def _detectable_line(changes) -> str:
+    """The smallest change the spread between runs (or rounds) lets through, at the Bonferroni
+    level (BH's, which the verdicts use, is lower when several metrics changed)."""
     shown = sorted((c.detectable, c.case, c.name) for c in changes if c.detectable is not None)
     if not shown:
-        return f"history: {len(history)} runs, no metric with a spread between them"
-    # the smallest change the history lets through, at the Bonferroni level (BH's is lower)
+        return "no metric with a spread between runs"
     worst = "; ".join(f"{n} {100 * d:.0f}%" for d, _, n in shown[-5:][::-1])
-    return (f"history: {len(history)} runs; minimum detectable change: median "
-            f"{100 * shown[len(shown) // 2][0]:.1f}% over {len(shown)} metrics; worst: {worst}")
+    return (f"minimum detectable change: median {100 * shown[len(shown) // 2][0]:.1f}% over "
+            f"{len(shown)} metrics; worst: {worst}")
 
 
 def _print_changes(changes, show_all: bool) -> dict[str, int]:
@@ -361,20 +367,14 @@ def _cmd_compare(args) -> int:
 
 
 def _ab_history(args) -> list[dict] | None:
-    from pathlib import Path
-
+    """The separate runs whose spread is a floor under the rounds' (only when asked for: the
+    rounds, interleaved in one session, are what ab judges by)."""
     from harness import machine
 
-    if args.no_history:
+    if args.no_history or not args.history:
         return None
-    if args.history:
-        spec = args.history
-    else:
-        spec = Path("results/runs") / machine.machine_name()
-        if not spec.is_dir():
-            return None
     me = {"machine": {"name": machine.machine_name()}, "profile": args.profile}
-    return _history(spec, me, set(), required=bool(args.history))
+    return _history(args.history, me, set(), required=True)
 
 
 def _cmd_ab(args) -> int:
@@ -399,9 +399,10 @@ def _cmd_ab(args) -> int:
     except ab.AbError as e:
         raise UsageError(str(e)) from e
     print(f"A: torch {res['versions']['A']}\nB: torch {res['versions']['B']}\n"
-          f"{res['rounds']} rounds per side, schedule {res['schedule']} per suite; "
-          f"history: {len(history) if history else 'none'} runs")
+          f"{res['rounds']} rounds per side, round by round ({res['schedule']} for each suite); "
+          f"history floor: {f'{len(history)} runs' if history else 'none'}")
     counts = _print_changes(res["changes"], False)
+    print("rounds' spread: " + _detectable_line(res["changes"]))
     print(f"both sides' runs and the comparison are in {res['dir']}")
     return EXIT_FAILED if counts["regression"] else EXIT_OK
 

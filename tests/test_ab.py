@@ -33,7 +33,7 @@ def _flagged(comparison: dict, verdict: str) -> set[tuple]:
 
 
 def test_ab_of_one_environment_against_itself_flags_nothing(tmp_path):
-    proc, cmp = _ab(sys.executable, sys.executable, tmp_path, "--rounds", "2")
+    proc, cmp = _ab(sys.executable, sys.executable, tmp_path)  # 3 rounds, no history floor
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
     assert cmp["counts"]["regression"] == 0 and cmp["counts"]["improvement"] == 0, proc.stdout
     judged = [c for c in cmp["changes"] if c["adjusted"] is not None]
@@ -45,15 +45,13 @@ def test_ab_of_one_environment_against_itself_flags_nothing(tmp_path):
     assert json.loads((where / "comparison.json").read_text())["counts"] == cmp["counts"]
     for side in ("A", "B"):  # both sides' merged runs are kept and readable
         run = records.read_run(where / f"{side}.json")
-        assert run["ab"]["schedule"] == "ABBA"
-        assert all(e["details"]["rounds"] == 2 for e in run["results"])
+        assert run["ab"]["schedule"] == "ABBAAB"
+        assert all(e["details"]["rounds"] == 3 for e in run["results"])
 
 
 def test_ab_flags_a_planted_matmul_slowdown_and_leaves_the_ratios_alone(tmp_path):
     slow = planted_python(tmp_path / "slow-python", "matmul=0.25", sys.executable)
-    # the rounds' spread alone: what ab catches without this machine's history
-    proc, cmp = _ab(sys.executable, slow, tmp_path / "out", "--no-history",
-                    "--rounds", "3")
+    proc, cmp = _ab(sys.executable, slow, tmp_path / "out")  # 3 rounds, the rounds' spread
     assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
     regressions = _flagged(cmp, "regression")
     # Process-to-process noise here keeps ab from catching every matmul, even with three
