@@ -21,7 +21,9 @@ Both tests are combined (the larger p-value) and corrected for the number of met
 (Benjamini-Hochberg at a false-discovery rate of 5%). Improvements are judged the same way.
 A metric without samples is "unverified", never a regression; so is one whose case ran
 contended (telemetry invalid), and one past its tolerance whose spread between runs nobody
-measured. A conformance case that passed and now fails is a regression whatever its figures.
+measured. A conformance case that passed and now fails is a regression whatever its figures,
+unless it failed on a rate (a share of fresh processes that ended badly, which passes or
+fails by chance): its rate is then judged, with Fisher's exact test on the trials' counts.
 Comparing runs of different machines (CPU model or flags, core count, GPU model, driver
 major) is refused unless asked for (`machine_differences`).
 """
@@ -47,6 +49,9 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "bytes": 0.10,
     "overhead": 0.15,
     "error": 0.15,
+    # a share of trials that ended badly (processes that aborted at exit): any rise, if
+    # significant
+    "rate": 0.0,
 }
 # `ab` interleaves both sides in fresh processes on one machine, so drift falls on both alike
 # and the test sees the variance between processes: there the tolerance is the 5% that
@@ -55,6 +60,9 @@ AB_THRESHOLDS: dict[str, float] = {kind: 0.05 for kind in DEFAULT_THRESHOLDS}
 # Absolute slack for kinds whose baseline may be near zero or negative (an error of 0 B, an
 # overhead of -0.3%), where a relative change means nothing.
 ABSOLUTE_SLACK = {"error": 1e-9, "overhead": 1.0}
+# kinds whose samples are one per fresh process (a trial's 0/1 outcome): the two-sample test
+# on them already sees the variance between processes, so no history or rounds are needed
+PER_PROCESS = ("rate",)
 HISTORY_RUNS = 10  # the most recent runs a band is estimated from
 VERDICTS = ("regression", "improvement", "unchanged", "unverified", "new", "gone")
 
@@ -131,7 +139,9 @@ def compare_metric(case: str, a: dict, b: dict, thresholds: dict[str, float],
     q = _quantile(b)
     interval = None
     pvalue = None
-    if not invalid and sa and sb:
+    if not invalid and sa and sb and kind == "rate":
+        pvalue = stats.rate_pvalue(sa, sb)
+    elif not invalid and sa and sb:
         lo, hi = stats.quantile_ratio_ci(sa, sb, q)
         interval = [lo, hi] if lo is not None and min(sa + sb) > 0 else None
         pvalue = stats.shift_pvalue(sa, sb, q)
@@ -161,7 +171,7 @@ def _family(c: Change) -> tuple[str, str]:
 
 # kinds whose figures sit near zero or change sign (an error of 0 B, an overhead of -0.3%):
 # no relative spread between runs; changes past their (absolute) tolerance stay unverified
-NO_RELATIVE_SPREAD = ("error", "overhead", "value", "count")
+NO_RELATIVE_SPREAD = ("error", "overhead", "value", "count", "rate")
 MAX_LOG_BAND = math.log(1000.0)  # a band wider than 1000x is reported as none
 
 
@@ -231,7 +241,7 @@ def decide(changes: list[Change], replicates: Replicates | None,
                 centre = float(np.exp(np.mean(np.log(a))))
                 c.band = [centre * float(np.exp(-t * se)), centre * float(np.exp(t * se))]
         significant = p < alpha
-        if c.beyond and i not in between:
+        if c.beyond and i not in between and c.kind not in PER_PROCESS:
             c.verdict = "unverified"
             c.why = ("past the tolerance, but the spread between runs is unknown (no history: "
                      f"--history, or ab); within-run p {c.pvalue:.2g}")
@@ -262,7 +272,10 @@ def compare_runs(base: dict, cand: dict, thresholds: dict[str, float] | None = N
             changes.append(Change(key, "(case)", {}, "", "case", None, None, None, None, None,
                                   verdict="new"))
             continue
-        if old["outcome"] == "pass" and e["outcome"] in ("fail", "error"):
+        # A case that failed on a rate (some of its fresh processes aborted at exit) may pass
+        # or fail by chance from run to run: its rate metrics are judged instead, below.
+        by_rate = e["outcome"] == "fail" and any(m.get("kind") == "rate" for m in e["metrics"])
+        if old["outcome"] == "pass" and e["outcome"] in ("fail", "error") and not by_rate:
             changes.append(Change(key, "(outcome)", {}, "", "conformance", None, None, None,
                                   None, None, verdict="regression",
                                   why=f"passed, now {e['outcome']}: {e['reason'][:200]}"))

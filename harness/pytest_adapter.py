@@ -46,8 +46,11 @@ def _cases(suite: Suite, kind: str) -> list:
         if case.kind != kind:
             continue
         for device in case.devices:
+            marks = _marks(device, case.needs)
+            if case.known_issue:  # an upstream defect the case catches in some runs
+                marks.append(pytest.mark.xfail(strict=False, reason=case.known_issue))
             for p in case.param_sets(PROFILE, device):
-                out.append(pytest.param(case, device, p, marks=_marks(device, case.needs),
+                out.append(pytest.param(case, device, p, marks=marks,
                                         id=f"{case.name}-{device}-{param_id(p)}"))
     return out
 

@@ -179,6 +179,8 @@ def execute(
                 case.func(ctx)
             if any(not c.passed for c in ctx.checks):
                 outcome, reason = "fail", _failed_checks_reason(ctx)
+                if case.known_issue:
+                    ctx.note(f"known upstream issue: {case.known_issue}")
             elif case.kind == "conformance" and not ctx.checks:
                 outcome, reason = "error", "conformance case recorded no checks"
             elif case.kind == "benchmark" and not (ctx.metrics or ctx.checks):

@@ -117,6 +117,17 @@ def shift_pvalue(a: Sequence[float], b: Sequence[float], q: float = 0.5) -> floa
     return float(sps.fisher_exact(table).pvalue)
 
 
+def rate_pvalue(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Two-sided p-value that two rates differ, from one 0/1 sample per trial on each side
+    (Fisher's exact test on the counts); None when either side has fewer than MIN_SAMPLES
+    trials."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.size < MIN_SAMPLES or y.size < MIN_SAMPLES:
+        return None
+    table = [[int(x.sum()), int(x.size - x.sum())], [int(y.sum()), int(y.size - y.sum())]]
+    return float(sps.fisher_exact(table).pvalue)
+
+
 def adjust(pvalues: Sequence[float]) -> list[float]:
     """Benjamini-Hochberg adjusted p-values (false-discovery rate over all the tests)."""
     if not pvalues:

@@ -261,6 +261,43 @@ def test_ab_schedule_alternates_who_goes_first(rounds, order):
     assert "".join(ab.schedule(rounds)) == order
 
 
+def test_ab_goes_round_by_round_so_one_sides_rounds_of_a_suite_are_never_back_to_back():
+    from harness import ab
+
+    plan = ab.session(["amp", "rpc"], 3)
+    assert [(s, side) for s, _, side in plan] == [
+        ("amp", "A"), ("amp", "B"), ("rpc", "A"), ("rpc", "B"),
+        ("amp", "B"), ("amp", "A"), ("rpc", "B"), ("rpc", "A"),
+        ("amp", "A"), ("amp", "B"), ("rpc", "A"), ("rpc", "B")]
+    for suite in ("amp", "rpc"):  # each suite's indices follow its A B B A A B schedule
+        mine = [(i, side) for s, i, side in plan if s == suite]
+        assert mine == list(enumerate(ab.schedule(3)))
+
+
+def _rate_run(aborted: int, trials: int) -> dict:
+    from harness import clean_exit
+
+    ctx = Context("cpu", "quick", {})
+    ends = [[clean_exit.End(0, None, "SIGABRT", False, True, 0, "terminate called")]] * aborted
+    ends += [[clean_exit.End(0, 0, None, False, False, 0, "")]] * (trials - aborted)
+    clean_exit.record(ctx, "p", ends)
+    return _run([m.to_json() for m in ctx.metrics], kind="conformance",
+                outcome="fail" if aborted else "pass")
+
+
+def test_a_case_failing_on_a_rate_is_judged_by_the_rate_not_the_outcome_flip():
+    # 1 abort in 20 against none: a flip of the outcome, not a change anyone can tell
+    (c,) = compare.compare_runs(_rate_run(0, 20), _rate_run(1, 20))
+    assert c.kind == "rate" and c.verdict == "unchanged", c.why
+    # 12 in 20 against none: a regression, with no history needed (one trial, one process)
+    (c,) = compare.compare_runs(_rate_run(0, 20), _rate_run(12, 20))
+    assert c.verdict == "regression" and c.adjusted < 0.05, c.why
+    # a failure that is not a rate stays a regression of the outcome
+    failed = _run([], kind="conformance", outcome="fail", reason="check x failed")
+    (c,) = compare.compare_runs(_run([], kind="conformance"), failed)
+    assert c.metric == "(outcome)" and c.verdict == "regression"
+
+
 def test_ab_merges_rounds_pooling_samples_and_leaving_contended_ones_out():
     from harness import ab
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from harness import clean_exit as clean_exit_programs
 from harness import launch, machine
 from harness.cases import Context, Skip, Suite, grid
 from suites.amp import gradscaler, memory, oplists, training
@@ -357,3 +358,11 @@ def gemm_ladder(ctx: Context) -> None:
         ctx.details.update(gpu=gpu, baseline="float32 is strict FP32 (allow_tf32=False)")
         if peaks:
             ctx.note(f"datasheet dense peaks for {gpu} from shared/ANCHORS.md: {peaks}")
+
+
+@suite.conformance(params=clean_exit_programs.PARAMS)
+def clean_exit(ctx: Context) -> None:
+    """An autocast training step with a GradScaler ends its process cleanly, in N fresh
+    processes."""
+    clean_exit_programs.check_programs(
+        ctx, {"autocast_gradscaler_step": ["-m", "suites.amp.minimal", ctx.device]})

@@ -37,6 +37,7 @@ from typing import Any
 import psutil
 import torch
 
+from harness import clean_exit as clean_exit_programs
 from harness import launch, timing
 from harness.cases import Context, Suite
 from suites.ddp_rpc import workers
@@ -343,3 +344,11 @@ def step_time(ctx: Context, setup: Setup = None) -> None:
              "RPC carrying the embedding gradient; optimizer includes the RPC to the parameter "
              "server's optimizer. rpc_embedding_forward and allreduce_dense_grads are the bare "
              "transfers, timed alone after the steps")
+
+
+@suite.conformance(params=clean_exit_programs.PARAMS, devices=("cpu",), needs=("distributed",))
+def clean_exit(ctx: Context) -> None:
+    """A hybrid step, RPC shutdown and destroy_process_group end all three processes cleanly,
+    in N fresh sets of processes."""
+    clean_exit_programs.check_programs(ctx, {"hybrid_step": ["-m", "suites.ddp_rpc.minimal"]},
+                                       world=WORLD_SIZE, timeout_s=LAUNCH_TIMEOUT_S)

@@ -17,9 +17,10 @@ import threading
 
 import torch
 
+from harness import clean_exit as clean_exit_programs
 from harness import launch, timing
 from harness.cases import Context, Suite
-from suites.fork_wait import scripted
+from suites.fork_wait import minimal, scripted
 
 suite = Suite(
     "fork_wait",
@@ -58,6 +59,16 @@ def serial_tasks(device: str, tasks: int, size: int = TASK_SIZE, steps: int = TA
     fn = scripted.script(scripted.serial)
     xs, w = scripted.inputs(tasks, size)
     return lambda: fn(xs, w, steps)
+
+
+@suite.conformance(params=clean_exit_programs.PARAMS, devices=("cpu",),
+                   known_issue="pytorch/pytorch#38228: a thread that takes the GIL during "
+                               "interpreter shutdown ends in 'terminate called' (SIGABRT)")
+def clean_exit(ctx: Context) -> None:
+    """The release notes' example and two forked matmul chains each end their process cleanly,
+    in N fresh processes (torch 2.14 aborts at exit in some: "terminate called")."""
+    clean_exit_programs.check_programs(ctx, {
+        name: ["-m", "suites.fork_wait.minimal", name] for name in minimal.PROGRAMS})
 
 
 @suite.conformance(devices=("cpu",))

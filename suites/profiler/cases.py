@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch.autograd import DeviceType
 from torch.autograd.profiler import record_function
 
+from harness import clean_exit as clean_exit_programs
 from harness.cases import Context, Skip, Suite
 from suites.profiler import apis, truth
 
@@ -457,3 +458,11 @@ def overhead(ctx: Context) -> None:
                            "threads": torch.get_num_threads(), "profiler": "torch.profiler"}
     ctx.note("each profiled call is one whole profiler session around one step (start, "
              "record, collect at exit); parsing the results (events(), tables) is not timed")
+
+
+@suite.conformance(params=clean_exit_programs.PARAMS)
+def clean_exit(ctx: Context) -> None:
+    """A training step profiled with profile_memory=True ends its process cleanly, in N fresh
+    processes."""
+    clean_exit_programs.check_programs(
+        ctx, {"profile_memory_step": ["-m", "suites.profiler.minimal", ctx.device]})

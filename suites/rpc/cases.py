@@ -30,6 +30,7 @@ from typing import Any
 import psutil
 import torch
 
+from harness import clean_exit as clean_exit_programs
 from harness import launch
 from harness.cases import Context, Suite
 from suites.rpc import measure, paths, workers
@@ -441,3 +442,11 @@ def batched_update(ctx: Context, setup: Callable[[], None] | None = None) -> Non
         {"variant": name, "server_threads": threads[2 if "few" in name else 1],
          "requests": n, "batch_ms": res[name]["median"] * 1e3, "updates_s": r}
         for name, r in rate.items()], show=True)
+
+
+@suite.conformance(params=clean_exit_programs.PARAMS, devices=("cpu",), needs=("distributed",))
+def clean_exit(ctx: Context) -> None:
+    """init_rpc, one rpc_sync and a graceful shutdown end both processes cleanly, in N fresh
+    pairs of processes."""
+    clean_exit_programs.check_programs(ctx, {"rpc_sync": ["-m", "suites.rpc.minimal"]},
+                                       world=2, timeout_s=120.0)

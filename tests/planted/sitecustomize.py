@@ -8,7 +8,10 @@ every Python process of that environment, spawned workers included, then runs wi
   followed by a busy-wait of F times its duration; where the output needs a gradient, its
   backward waits F times twice the forward's duration (a backward costs about two forwards);
 - rpc_us=N: every rpc_sync, rpc_async and remote call N microseconds longer (a busy-wait
-  before the call).
+  before the call);
+- exit_abort=P: the process aborts at exit with probability P, as torch's fork/wait does in
+  some processes here: "terminate called without an active exception" on stderr, then
+  SIGABRT (for the clean_exit cases' tests).
 
 TorchScript code (fork/wait) calls its ops without Python, so it is not slowed: those
 metrics are the ones that must stay unflagged.
@@ -48,11 +51,29 @@ def _slowed(fn, factor: float, op: str | None = None):
     return slowed
 
 
+def _abort_at_exit(probability: float) -> None:
+    import atexit
+    import random
+    import sys
+
+    def abort() -> None:
+        if random.random() < probability:
+            sys.stderr.write("terminate called without an active exception\n")
+            sys.stderr.flush()
+            os.abort()
+
+    atexit.register(abort)
+
+
 def _plant(spec: str) -> None:
+    opts = dict(kv.split("=") for kv in spec.split(",") if kv)
+    if "exit_abort" in opts:
+        _abort_at_exit(float(opts["exit_abort"]))
+    if "matmul" not in opts and "rpc_us" not in opts:
+        return
     import torch
     import torch.nn.functional as F
 
-    opts = dict(kv.split("=") for kv in spec.split(",") if kv)
     if "matmul" in opts:
         f = float(opts["matmul"])
         for name in ("linear", "conv1d", "conv2d", "conv3d"):

@@ -1,0 +1,106 @@
+"""harness.clean_exit sees every way a process can end badly, and a suite's clean_exit case
+fails, with the rate, when its program aborts at exit in some processes."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness import clean_exit
+from harness.runner import execute
+from suites.fork_wait import cases as fork_wait_cases
+
+PLANTED = Path(__file__).resolve().parent / "planted"
+
+
+@pytest.fixture
+def planted(monkeypatch):
+    """Make every Python process started from here run the planted sitecustomize."""
+
+    def plant(spec: str) -> None:
+        monkeypatch.setenv("PYTHONPATH", str(PLANTED))
+        monkeypatch.setenv("RELEASE_BENCH_PLANT", spec)
+
+    return plant
+
+
+def test_a_program_that_returns_ends_clean():
+    (end,) = clean_exit.run_once(["-c", "print('hello')"])
+    assert end.clean and end.status == 0 and end.how() == "clean", end
+
+
+def test_an_exit_status_is_not_clean():
+    (end,) = clean_exit.run_once(["-c", "import sys; sys.exit(3)"])
+    assert not end.clean and end.status == 3 and end.how() == "exit status 3"
+
+
+def test_an_abort_at_exit_is_seen_with_its_message(planted):
+    planted("exit_abort=1")
+    (end,) = clean_exit.run_once(["-c", "pass"])
+    assert not end.clean
+    assert end.signal == "SIGABRT" and end.status is None
+    assert end.terminate_called
+    assert end.last_line == "terminate called without an active exception"
+    assert end.how() == "killed by SIGABRT, 'terminate called'"
+
+
+def test_a_hang_at_exit_is_cut_at_the_timeout():
+    # a non-daemon thread keeps the interpreter from exiting, as a stuck pool would
+    hang = "import threading, time; threading.Thread(target=time.sleep, args=(600,)).start()"
+    t0 = time.monotonic()
+    (end,) = clean_exit.run_once(["-c", hang], timeout_s=3)
+    assert time.monotonic() - t0 < 15
+    assert end.timed_out and not end.clean and end.how().startswith("timed out")
+
+
+def test_a_process_left_running_is_counted_and_killed(tmp_path):
+    pid_file = tmp_path / "child"
+    leave = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', "
+             "'import time; time.sleep(600)']); open(sys.argv[1], 'w').write(str(p.pid))")
+    (end,) = clean_exit.run_once(["-c", leave, str(pid_file)])
+    assert end.status == 0 and end.leftover == 1 and not end.clean
+    child = int(pid_file.read_text())
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == "zombie"
+
+
+def test_every_rank_of_a_multi_process_trial_is_reported():
+    ranks = "import os, sys; sys.exit(int(os.environ['RANK']))"
+    ends = clean_exit.run_once(["-c", ranks], world=3)
+    assert [(e.rank, e.status) for e in ends] == [(0, 0), (1, 1), (2, 2)]
+
+
+def test_the_rate_has_an_exact_interval():
+    assert clean_exit.fmt_rate(2, 20) == "2/20 [1.2%, 32%]"  # Clopper-Pearson, as issue 16
+    lo, hi = clean_exit.rate_interval(0, 100)
+    assert lo == 0.0 and 0.03 < hi < 0.04
+
+
+def test_the_clean_exit_case_fails_on_a_planted_abort_and_gives_the_rate(planted):
+    planted("exit_abort=0.5")
+    case = fork_wait_cases.suite.case("clean_exit")
+    entry = execute(case, "cpu", {"trials": 12}, "quick")
+    assert entry["outcome"] == "fail", entry["reason"]
+    failed = [c for c in entry["checks"] if not c["passed"]]
+    assert len(failed) == 2  # both programs: each aborted in some of its 12 trials
+    for check in failed:
+        assert "/12 [" in check["detail"] and "killed by SIGABRT" in check["detail"]
+    rates = [m for m in entry["metrics"] if m["name"] == "abnormal_exit_rate"]
+    assert {m["labels"]["program"] for m in rates} == {"release_notes", "chains"}
+    for m in rates:
+        assert 0 < m["value"] <= 1 and m["stats"]["n"] == 12
+        assert m["stats"]["ci"][0] <= m["value"] <= m["stats"]["ci"][1]
+    assert any(name.startswith("abnormal exits") and rows
+               for name, rows in entry["tables"].items())
+    assert any("pytorch/pytorch#38228" in n for n in entry["notes"])
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="process groups as on Linux")
+def test_nothing_of_a_trial_outlives_it(planted):
+    planted("exit_abort=1")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    clean_exit.trials(["-c", "pass"], n=4)
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
