@@ -22,6 +22,12 @@ def report_env(rank, world):
         "pid": os.getpid(), "arg_rank": rank, "world": world}
 
 
+def abort_on_the_way_out():
+    """Setup: the worker ends by SIGABRT after writing its result, as a process using torch's
+    fork/wait does at exit in some runs."""
+    os._exit = lambda code: os.abort()
+
+
 def raise_on_rank1(rank, world):
     if rank == 1:
         raise ValueError("boom from rank 1")
@@ -163,6 +169,12 @@ def test_first_failure_is_the_root_cause_and_peers_are_stopped():
 def test_worker_warnings_reach_the_parent():
     with pytest.warns(UserWarning, match="a warning from the worker"):
         launch(warn_and_return, 1, timeout_s=60)
+
+
+def test_a_result_returned_before_an_abort_at_exit_is_kept_and_the_abort_said():
+    with pytest.warns(RuntimeWarning, match="worker rank 0 returned its result, then was "
+                                            "killed by signal SIGABRT"):
+        assert launch(raise_on_rank1, 1, timeout_s=60, setup=abort_on_the_way_out) == [0]
 
 
 def test_setup_runs_in_the_worker_before_fn():
