@@ -81,7 +81,22 @@ def _leftovers(pgid: int) -> int:
             p.kill()
         except psutil.NoSuchProcess:
             pass
+    # SIGKILL is delivered asynchronously: wait until each is dead (gone, or a zombie that
+    # its new parent has yet to reap), so that nothing of the trial outlives it
+    deadline, dying = time.monotonic() + 10, left
+    while dying and time.monotonic() < deadline:
+        dying = [p for p in dying if _running(p)]
+        time.sleep(0.02)
     return len(left)
+
+
+def _running(p) -> bool:
+    import psutil
+
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _pgid(pid: int) -> int | None:
