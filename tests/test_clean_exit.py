@@ -104,3 +104,15 @@ def test_nothing_of_a_trial_outlives_it(planted):
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     clean_exit.trials(["-c", "pass"], n=4)
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+@pytest.mark.parametrize("suite", ["amp", "ddp_rpc", "fork_wait", "profiler", "rpc"])
+def test_every_suites_clean_exit_case_fails_when_its_processes_abort(planted, suite):
+    from harness import registry
+
+    planted("exit_abort=1")
+    case = registry.load(suite).case("clean_exit")
+    entry = execute(case, "cpu", {"trials": 2}, "quick")
+    assert entry["outcome"] == "fail", entry["reason"]
+    assert entry["checks"] and all("2/2 [" in c["detail"] and not c["passed"]
+                                   for c in entry["checks"])

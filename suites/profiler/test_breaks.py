@@ -11,6 +11,7 @@ break; the union of the breaks' failures is the case's whole set of checks.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -78,11 +79,19 @@ def stretch_times(monkeypatch, factor: float = 1.10) -> None:
                             property(lambda self, p=prop: p.fget(self) * factor))
 
 
+def abort_at_exit(mp: pytest.MonkeyPatch) -> None:
+    """Every fresh process the case starts aborts at exit, as fork/wait's do in some runs (the
+    planted sitecustomize of tests/planted)."""
+    mp.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2] / "tests" / "planted"))
+    mp.setenv("RELEASE_BENCH_PLANT", "exit_abort=1")
+
+
 BREAKS: dict[str, Callable] = {
     "memory scaled x1.5": lambda mp: skew_memory(mp, factor=1.5),
     "memory +4 B per event": lambda mp: skew_memory(mp, offset=4),
     "frees dropped": drop_frees,
     "times stretched x1.10": stretch_times,
+    "aborts at exit": abort_at_exit,
 }
 # The breaks each case is shown against (together they fail every one of its checks).
 CASE_BREAKS = {
@@ -90,6 +99,7 @@ CASE_BREAKS = {
     "resnet18_ops": ("memory scaled x1.5", "memory +4 B per event"),
     "peak_memory": ("frees dropped",),
     "timing_accuracy": ("times stretched x1.10",),
+    "clean_exit": ("aborts at exit",),
 }
 
 
