@@ -27,7 +27,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import launch
+import psutil
+
+from harness import launch, summary
 
 ROOT = Path(__file__).resolve().parent.parent
 PARALLEL = 2  # trials at a time: the machines this runs on have two cores
@@ -73,8 +75,6 @@ class End:
 def _leftovers(pgid: int) -> int:
     """Kill what is left of a process group (a child the program started and never reaped);
     how many there were."""
-    import psutil
-
     left = [p for p in psutil.process_iter(["pid"]) if _pgid(p.pid) == pgid]
     for p in left:
         try:
@@ -90,9 +90,7 @@ def _leftovers(pgid: int) -> int:
     return len(left)
 
 
-def _running(p) -> bool:
-    import psutil
-
+def _running(p: psutil.Process) -> bool:
     try:
         return p.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
@@ -171,8 +169,7 @@ def rate_interval(k: int, n: int) -> tuple[float, float]:
 
 
 def fmt_rate(k: int, n: int) -> str:
-    lo, hi = rate_interval(k, n)
-    return f"{k}/{n} [{100 * lo:.2g}%, {100 * hi:.2g}%]"
+    return summary.fmt_rate(k, n, *rate_interval(k, n))
 
 
 def record(ctx: Any, program: str, results: list[list[End]]) -> bool:
@@ -189,7 +186,7 @@ def record(ctx: Any, program: str, results: list[list[End]]) -> bool:
     ctx.table(f"abnormal exits: {program}",
               [{"trial": i, **asdict(e), "how": e.how()} for i, e in bad], show=bool(bad))
     messages = sorted({f"{e.how()}: {e.last_line}" for _, e in bad})
-    detail = f"{fmt_rate(k, n)} trials ended abnormally"
+    detail = f"{summary.fmt_rate(k, n, lo, hi)} trials ended abnormally"
     if messages:
         detail += "; " + " | ".join(messages[:3])
     return ctx.check(f"{program} ends cleanly in {n} fresh processes", k == 0, detail)

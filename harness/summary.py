@@ -26,13 +26,18 @@ def fmt_value(value: float | None, unit: str) -> str:
     return f"{value:.4g} {unit}".rstrip()
 
 
+def fmt_rate(k: int, n: int, low: float, high: float) -> str:
+    """A rate of trials with its interval: '2/20 [1.2%, 32%]'."""
+    return f"{k}/{n} [{100 * low:.2g}%, {100 * high:.2g}%]"
+
+
 def fmt_metric(m: dict[str, Any]) -> str:
     """A metric's value with its confidence interval where the record has one:
     '1.32x [1.25, 1.40]', '360 us [352 us, 371 us]'; a rate of trials as '2/20 [1.2%, 32%]'."""
     ci = (m.get("stats") or {}).get("ci")
     if m.get("kind") == "rate" and m.get("value") is not None and ci and None not in ci:
         n = (m.get("stats") or {}).get("n", 0)
-        return f"{round(m['value'] * n)}/{n} [{100 * ci[0]:.2g}%, {100 * ci[1]:.2g}%]"
+        return fmt_rate(round(m["value"] * n), n, *ci)
     text = fmt_value(m.get("value"), m["unit"])
     if ci and None not in ci:
         text += f" [{fmt_value(ci[0], m['unit'])}, {fmt_value(ci[1], m['unit'])}]"
