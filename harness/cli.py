@@ -10,6 +10,7 @@ file), always with one line on stderr saying what was wrong.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -105,6 +106,19 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true",
                      help="print what would run (any device, present or not) and stop")
 
+    multi = sub.add_parser("multihost", help="run the rpc and ddp_rpc suites across hosts "
+                           "through torchrun (the same command on every host)")
+    multi.add_argument("--nnodes", type=int, metavar="N",
+                       help="how many hosts (default under srun: SLURM_NNODES)")
+    multi.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
+                       help="the rendezvous, hosted by the host that has this address "
+                            "(default under srun: $MASTER_ADDR:$MASTER_PORT)")
+    multi.add_argument("--iface", default="lo", metavar="NAME",
+                       help="the network interface every listener binds to (default: lo)")
+    multi.add_argument("--join-timeout", type=_positive_float, default=120.0, metavar="S",
+                       help="how long to wait for every host to join (default: 120 s)")
+    multi.add_argument("run_args", nargs=argparse.REMAINDER, metavar="-- RUN OPTIONS",
+                       help="options of `run` for node 0: --suite, --case, --profile, --out, ...")
     sub.add_parser("require-cuda", help="exit 2 with one line unless torch sees a CUDA device")
     sub.add_parser("asv-machine", help="register this machine with asv (GPU included) and "
                                        "print its name")
@@ -192,13 +206,26 @@ def _devices(requested: Sequence[str] | None, dry_run: bool = False) -> list[str
     return list(dict.fromkeys(requested))
 
 
-def _cmd_run(args) -> int:
+MULTIHOST_SUITES = ("rpc", "ddp_rpc")  # the suites whose cases run several processes
+
+
+def _cmd_run(args, hosts: list[dict] | None = None) -> int:
+    """`run`; with `hosts` (node 0 of a run across hosts) the cases that need one host are
+    left out, and the record lists every host."""
     from harness import registry, runner, summary, telemetry
 
     suites = [registry.load(n) for n in _selected_suites(args)]
     devices = _devices(args.device, args.dry_run)
     overrides = dict(args.param)
     planned = runner.plan(suites, args.profile, devices, args.case, overrides)
+    notes = []
+    if hosts is not None:
+        one_host = [p for p in planned if "one_host" in p.case.needs]
+        planned = [p for p in planned if "one_host" not in p.case.needs]
+        notes = [f"across {len(hosts)} hosts: left out {p.label}, which runs on one host only "
+                 f"(it kills workers by pid, or runs its own processes)" for p in one_host]
+        for line in notes:
+            print(line, file=sys.stderr)
     if not planned:
         raise UsageError("nothing to run: no case matches the given suite, case and device")
     known = {k for p in planned for k in (*p.params, *p.case.options)}
@@ -213,7 +240,8 @@ def _cmd_run(args) -> int:
         return EXIT_OK
     tel = None if args.no_telemetry else telemetry.Telemetry(args.telemetry_interval)
     try:
-        path, run = runner.run(planned, args.profile, args.out, telemetry=tel)
+        path, run = runner.run(planned, args.profile, args.out, telemetry=tel,
+                               hosts=hosts, notes=notes)
     except runner.Interrupted as e:
         # SIGINT or SIGTERM: the workers are reaped and the record is marked; say where it is
         kept = f"the run record is in {e.path}" if e.path else "no run record was written yet"
@@ -231,6 +259,35 @@ def _cmd_run(args) -> int:
         print(f"{e['outcome']}: {e['suite']}/{e['case']} [{e['device']} {param_id(e['params'])}]"
               f": {e['reason']}", file=sys.stderr)
     return EXIT_FAILED if any(e["outcome"] != "invalid" for e in reported) else EXIT_OK
+
+
+def run_across_hosts(run_argv: list[str], hosts: list[dict]) -> int:
+    """Node 0's part of `multihost`: `run RUN_ARGV` with its ranks spread over `hosts`."""
+    try:
+        args = _build_parser().parse_args(["run", *run_argv])
+        if not args.suite:
+            args.suite = list(MULTIHOST_SUITES)
+        return _cmd_run(args, hosts)
+    except (UsageError, records.RecordError) as e:
+        print(f"release-bench: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _cmd_multihost(args) -> int:
+    from harness import nodes
+
+    run_argv = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
+    # bad run options fail here, on every host, before any rendezvous
+    run = _build_parser().parse_args(["run", *run_argv])
+    run.suite = run.suite or list(MULTIHOST_SUITES)
+    if bad := [s for s in _selected_suites(run) if s not in MULTIHOST_SUITES]:
+        raise UsageError(f"suite {bad[0]!r} has no multi-process cases to spread over hosts "
+                         f"(multihost runs: {', '.join(MULTIHOST_SUITES)})")
+    try:
+        plan = nodes.plan_from(args, dict(os.environ))
+        return nodes.multihost(plan, run_argv)
+    except nodes.NodeError as e:
+        raise UsageError(str(e)) from e
 
 
 def _cmd_require_cuda(args) -> int:
@@ -409,7 +466,7 @@ def _cmd_ab(args) -> int:
 
 COMMANDS = {"list": _cmd_list, "run": _cmd_run, "show": _cmd_show,
             "require-cuda": _cmd_require_cuda, "report": _cmd_report, "compare": _cmd_compare,
-            "ab": _cmd_ab,
+            "ab": _cmd_ab, "multihost": _cmd_multihost,
             "asv-machine": _cmd_asv_machine, "asv-publish": _cmd_asv_publish}
 
 

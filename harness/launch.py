@@ -22,7 +22,8 @@ When one worker fails its peers get `grace_s` to finish or fail on their own (a 
 peer usually makes them raise), then they are stopped. In every case all workers and their
 children are reaped before `launch` returns.
 
-Several machines are out of scope here: use torchrun, which sets the same variables.
+Across several hosts (`release-bench multihost`, over torchrun) `harness.nodes` places the
+ranks on every host, and each host starts its share with the same machinery.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 LOOPBACK = "127.0.0.1"
+BIND_ADDR_ENV = "RELEASE_BENCH_BIND_ADDR"
 LOG_TAIL_CHARS = 1500
 
 
@@ -259,6 +261,123 @@ def _reap_through_interrupts(procs: list[mp.Process], tries: int = 3) -> None:
         raise interrupt
 
 
+class LocalRanks:
+    """Some ranks of a launch, each in a spawned process of this machine, and their outcomes.
+
+    `launch` starts every rank here; a run across hosts (`harness.nodes`) starts each
+    host's share of the ranks in one of these on that host.
+    """
+
+    def __init__(self, fn: Callable[..., Any], ranks: Sequence[int], world: int,
+                 args: Sequence[Any], env: dict[str, str],
+                 setup: Callable[[], None] | None, label: str):
+        self.workdir = Path(tempfile.mkdtemp(prefix="release-bench-launch-"))
+        ctx = mp.get_context("spawn")
+        self.procs = {
+            rank: ctx.Process(target=_worker_main,
+                              args=(fn, rank, world, tuple(args), str(self.workdir), env, setup),
+                              name=f"{label}-{rank}", daemon=True)
+            for rank in ranks
+        }
+        self.pending = dict(self.procs)
+
+    def start(self) -> None:
+        for p in self.procs.values():
+            p.start()
+
+    def wait(self, timeout: float) -> list[tuple[int, bool, Any]]:
+        """(rank, True, value) or (rank, False, WorkerFailure) for each worker that ended
+        within `timeout` seconds."""
+        if not self.pending:
+            return []
+        done = wait([p.sentinel for p in self.pending.values()], timeout=timeout)
+        ended = []
+        for rank, p in list(self.pending.items()):
+            if p.sentinel in done:
+                del self.pending[rank]
+                ended.append((rank, *_collect(p, rank, self.workdir)))
+        return ended
+
+    def unfinished(self, why: str, timeout_s: float) -> list[WorkerFailure]:
+        """A failure for each worker still running: "stopped" after a peer failed, else a
+        timeout."""
+        if why == "stopped":
+            return [WorkerFailure(r, "stopped", "stopped after a peer failed", "",
+                                  _log_tail(self.workdir, r)) for r in sorted(self.pending)]
+        return [WorkerFailure(r, "timeout", f"no result after {timeout_s:g} s", "",
+                              _log_tail(self.workdir, r)) for r in sorted(self.pending)]
+
+    def close(self) -> None:
+        """Reap every worker and its children; remove the logs."""
+        try:
+            _reap_through_interrupts(list(self.procs.values()))
+        finally:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def gather(local: LocalRanks, timeout_s: float, grace_s: float,
+           others: Callable[[float], list[tuple[int, bool, Any]]] | None = None,
+           others_pending: Callable[[], bool] = lambda: False,
+           stop_requested: Callable[[], bool] = lambda: False,
+           poll_s: float | None = None,
+           ) -> tuple[dict[int, Any], list[WorkerFailure]]:
+    """Wait for the workers' outcomes: (values by rank, failures in the order they matter).
+
+    `others(timeout)` polls ranks that run elsewhere (on other hosts) while `others_pending()`;
+    `stop_requested()` ends the wait early, as a peer's failure does; both are looked at every
+    `poll_s` seconds. The first failure gives the rest `grace_s` to finish or fail on their
+    own.
+    """
+    results: dict[int, Any] = {}
+    failures: list[WorkerFailure] = []
+    deadline = time.monotonic() + timeout_s
+    stopped = False
+    while local.pending or others_pending():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        if stop_requested():
+            stopped = True
+            break
+        step = remaining if poll_s is None else min(remaining, poll_s)
+        batch = []
+        ended = local.wait(step) if local.pending else (time.sleep(step) or [])
+        if others is not None:
+            ended += others(0.0)
+        for rank, ok, value in ended:
+            if ok:
+                results[rank] = value
+            else:
+                batch.append(value)
+        if batch and not failures:  # the first failure: peers get a grace period, no more
+            deadline = min(deadline, time.monotonic() + grace_s)
+        # Of failures seen together, a death comes before the exceptions it caused.
+        failures.extend(sorted(batch, key=lambda f: f.kind != "exit"))
+    failures.extend(local.unfinished("stopped" if failures or stopped else "timeout",
+                                     timeout_s))
+    return results, failures
+
+
+# A run across hosts (harness.nodes) sets this: `launch` then places ranks on every host.
+_cluster: Any = None
+
+
+def set_cluster(cluster: Any) -> None:
+    global _cluster
+    _cluster = cluster
+
+
+def cluster() -> Any:
+    """The run across hosts this process drives (`harness.nodes.Cluster`), or None."""
+    return _cluster
+
+
+def bind_address() -> str:
+    """The address a worker's own listeners (the TCP floor's echo, say) bind to: this host's
+    interface in a run across hosts, loopback otherwise. Never every interface."""
+    return os.environ.get(BIND_ADDR_ENV, LOOPBACK)
+
+
 def launch(
     fn: Callable[..., Any],
     nprocs: int,
@@ -277,11 +396,14 @@ def launch(
     `fn` and `setup` must be importable module-level functions (spawn pickles them by name);
     `setup()` runs in each worker before `fn`, for instance to patch torch on purpose.
     The workers rendezvous through a store this call hosts on `host`, or through the one the
-    caller already hosts there at `store_port` (`bound_store`).
+    caller already hosts there at `store_port` (`bound_store`). In a run across hosts the
+    ranks are spread over them (`harness.nodes`).
     """
     if nprocs < 1:
         raise ValueError("nprocs must be at least 1")
-    workdir = Path(tempfile.mkdtemp(prefix="release-bench-launch-"))
+    if _cluster is not None:
+        return _cluster.launch(fn, nprocs, args, timeout_s=timeout_s, grace_s=grace_s,
+                               setup=setup, env=env, label=label, store_port=store_port)
     if store_port is None:
         store, store_port = bound_store(host, timeout_s=timeout_s)
     else:
@@ -290,55 +412,15 @@ def launch(
         **agent_store_env(host, store_port),
         "WORLD_SIZE": str(nprocs),
         "LOCAL_WORLD_SIZE": str(nprocs),
+        BIND_ADDR_ENV: host,
     }
     worker_env.update(env or {})
-    ctx = mp.get_context("spawn")
-    procs = [
-        ctx.Process(
-            target=_worker_main,
-            args=(fn, rank, nprocs, tuple(args), str(workdir), worker_env, setup),
-            name=f"{label}-{rank}",
-            daemon=True,
-        )
-        for rank in range(nprocs)
-    ]
-    results: dict[int, Any] = {}
-    failures: list[WorkerFailure] = []
+    local = LocalRanks(fn, range(nprocs), nprocs, args, worker_env, setup, label)
     try:
-        for p in procs:
-            p.start()
-        deadline = time.monotonic() + timeout_s
-        pending = dict(enumerate(procs))
-        while pending:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            done = wait([p.sentinel for p in pending.values()], timeout=remaining)
-            batch = []
-            for rank, p in list(pending.items()):
-                if p.sentinel not in done:
-                    continue
-                del pending[rank]
-                ok, value = _collect(p, rank, workdir)
-                if ok:
-                    results[rank] = value
-                else:
-                    batch.append(value)
-            if batch and not failures:  # the first failure: peers get a grace period, no more
-                deadline = min(deadline, time.monotonic() + grace_s)
-            # Of failures seen together, a death comes before the exceptions it caused.
-            failures.extend(sorted(batch, key=lambda f: f.kind != "exit"))
-        peer_failed = bool(failures)
-        for rank in sorted(pending):
-            if peer_failed:
-                failures.append(WorkerFailure(rank, "stopped", "stopped after a peer failed",
-                                              "", _log_tail(workdir, rank)))
-            else:
-                failures.append(WorkerFailure(rank, "timeout", f"no result after {timeout_s:g} s",
-                                              "", _log_tail(workdir, rank)))
+        local.start()
+        results, failures = gather(local, timeout_s, grace_s)
     finally:
-        _reap_through_interrupts(procs)
-        shutil.rmtree(workdir, ignore_errors=True)
+        local.close()
         del store  # closes its listener
     if failures:
         raise LaunchError(failures, label)

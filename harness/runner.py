@@ -18,7 +18,7 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from harness import machine, records
+from harness import launch, machine, records
 from harness.cases import Case, Context, Params, Skip, param_id
 from harness.launch import LaunchError
 from harness.telemetry import Telemetry
@@ -212,6 +212,9 @@ def execute(
         details=ctx.details,
         telemetry=tel_summary,
     )
+    if (cluster := launch.cluster()) is not None:
+        # the hosts each rank ran on: the pair a figure crossed
+        entry["placement"] = cluster.take_placements()
     return records.scrub_paths(entry)
 
 
@@ -300,6 +303,8 @@ def run(
     out_dir: str | Path,
     telemetry: Telemetry | None = None,
     progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+    hosts: list[dict[str, Any]] | None = None,
+    notes: Sequence[str] = (),
 ) -> tuple[Path, dict]:
     """Execute the plan, rewriting the run file atomically after every case.
 
@@ -320,6 +325,9 @@ def run(
         run_doc = records.new_run(machine.fingerprint(), profile, command=command)
         if telemetry is not None:
             run_doc["telemetry"] = telemetry.info
+        if hosts is not None:  # a run across hosts (harness.nodes): node 0 writes the record
+            run_doc["hosts"] = hosts
+        run_doc["notes"].extend(notes)
         path = records.run_path(out_dir, run_doc)
         records.write_json_atomic(path, run_doc)
         width = len(str(len(planned)))

@@ -87,6 +87,14 @@ def _cell(v: Any) -> str:
     return "" if v is None else str(v)
 
 
+def _crossed(placement: dict[str, str]) -> str:
+    """The hosts a case's ranks ran on, e.g. "ranks 0,2 on node 0; 1 on node 1"."""
+    by_node: dict[str, list[str]] = {}
+    for rank, host in placement.items():
+        by_node.setdefault(host.split(" (")[0], []).append(rank)
+    return "ranks " + "; ".join(f"{','.join(r)} on {n}" for n, r in by_node.items())
+
+
 def run_summary(run: dict[str, Any], tables: bool = True) -> str:
     m = run["machine"]
     torch_info = m.get("torch", {})
@@ -94,6 +102,8 @@ def run_summary(run: dict[str, Any], tables: bool = True) -> str:
         f"run {run['started']} profile={run['profile']} machine={m['name']} "
         f"torch={torch_info.get('version')} finished={run['finished'] or 'no (interrupted)'}",
         *[n for n in run.get("notes", []) if n.startswith("interrupted by")],
+        *[f"host node {h['node']}: {h['hostname']} {h['addr']} ({h['iface']}), "
+          f"{h['machine'].get('name', '?')}" for h in run.get("hosts", [])],
     ]
     rows = [["outcome", "case", "device", "params", "figures", "reason / flags"]]
     for e in run["results"]:
@@ -101,6 +111,7 @@ def run_summary(run: dict[str, Any], tables: bool = True) -> str:
         tel = e.get("telemetry") or {}
         if tel.get("valid") is False and e["outcome"] != "invalid":  # else its reason says so
             flags.append("INVALID: " + "; ".join(tel.get("invalid_reasons", [])))
+        flags += [_crossed(p) for p in e.get("placement", [])]
         rows.append([
             e["outcome"].upper() if e["outcome"] in ("fail", "error") else e["outcome"],
             f"{e['suite']}/{e['case']}",

@@ -16,27 +16,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from sockets import listeners as _listeners
 
 from harness import launch
 
 pytestmark = pytest.mark.distributed
-
-
-def _listeners(root: psutil.Process) -> set[tuple[str, int, str]]:
-    """(address, port, process name) of every TCP listener of `root` and its descendants."""
-    out = set()
-    try:
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return out
-    for p in procs:
-        try:
-            for c in p.net_connections(kind="inet"):
-                if c.status == psutil.CONN_LISTEN:
-                    out.add((c.laddr.ip, c.laddr.port, p.name()))
-        except psutil.Error:
-            continue
-    return out
 
 
 def _off_loopback(listeners) -> list:

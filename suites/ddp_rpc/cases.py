@@ -249,7 +249,7 @@ def _alive(pid: int) -> bool:
 
 @suite.conformance(params={"quick": [{"victim": "trainer"}, {"victim": "ps"}],
                            "full": [{"victim": "trainer"}, {"victim": "ps"}]},
-                   devices=("cpu",), needs=("distributed",))
+                   devices=("cpu",), needs=("distributed", "one_host"))
 def faults(ctx: Context, setup: Setup = None) -> None:
     """A trainer or the parameter server dying mid-training ends the case with a clear error,
     no hang, every process reaped."""
@@ -346,7 +346,8 @@ def step_time(ctx: Context, setup: Setup = None) -> None:
              "transfers, timed alone after the steps")
 
 
-@suite.conformance(params=clean_exit_programs.PARAMS, devices=("cpu",), needs=("distributed",))
+@suite.conformance(params=clean_exit_programs.PARAMS, devices=("cpu",),
+                   needs=("distributed", "one_host"))
 def clean_exit(ctx: Context) -> None:
     """A hybrid step, RPC shutdown and destroy_process_group end all three processes cleanly,
     in N fresh sets of processes."""

@@ -186,7 +186,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@suite.conformance(devices=("cpu",), needs=("distributed",))
+@suite.conformance(devices=("cpu",), needs=("distributed", "one_host"))
 def worker_killed(ctx: Context, setup: Callable[[], None] | None = None) -> None:
     """A worker killed mid-run (SIGKILL): its caller gets an error at once instead of
     hanging, the launcher reports it in one line, and every process is reaped."""
@@ -285,12 +285,20 @@ def _forced_spec(device: str, transport: str) -> GroupSpec:
                      channels=("basic",) if cpu else None)
 
 
-@suite.benchmark(devices=DEVICES, needs=("distributed",))
+@suite.benchmark(devices=DEVICES, needs=("distributed",), options=("sizes", "min_samples"))
 def round_trip(ctx: Context, setup: Callable[[], None] | None = None) -> None:
     """Round-trip p50/p90/p99 over a payload sweep: TensorPipe (builtin, Python, shm, uv),
-    Gloo send/recv and the TCP floor, each over the floor; rpc_async in flight; bare loop."""
-    sizes, plan = SIZES[ctx.profile], measure.PLANS[ctx.profile]
-    timeout = LAUNCH_TIMEOUT[ctx.profile]
+    Gloo send/recv and the TCP floor, each over the floor; rpc_async in flight; bare loop.
+
+    `--param sizes=[...]` and `--param min_samples=N` replace the profile's payload sizes and
+    samples per path (a slow shaped link needs fewer)."""
+    sizes = [int(n) for n in ctx.params.get("sizes", SIZES[ctx.profile])]
+    plan = measure.PLANS[ctx.profile]
+    if "min_samples" in ctx.params:
+        plan = dataclasses.replace(plan, min_samples=int(ctx.params["min_samples"]))
+    timeout = LAUNCH_TIMEOUT[ctx.profile] * (2 if "sizes" in ctx.params else 1)
+    # shm cannot cross hosts: across hosts only uv is forced
+    forced_transports = FORCED if launch.cluster() is None else ("uv",)
     main_spec = GroupSpec(device=ctx.device, gloo=True)
     (main, _) = _launch(workers.round_trip, 2, (main_spec, MAIN_PATHS, sizes, plan, IN_FLIGHT,
                                                  ctx.min_run_time), setup, timeout)
@@ -298,13 +306,13 @@ def round_trip(ctx: Context, setup: Callable[[], None] | None = None) -> None:
     # "unsupported transport"), so each forced transport gets its own launch with its own
     # floor, and the two are compared through their ratios to those floors.
     forced = {}
-    for t in FORCED:
+    for t in forced_transports:
         (forced[t], _) = _launch(workers.round_trip, 2, (_forced_spec(ctx.device, t),
                                                           ["tp_python", "tcp"], sizes, plan,
                                                           IN_FLIGHT, 0.0), setup, timeout)
     # (path key, launch result, key in that result, key of that launch's floor)
     series = [(p, main, p, "tcp") for p in MAIN_PATHS]
-    for t in FORCED:
+    for t in forced_transports:
         series += [(f"tp_{t}", forced[t], "tp_python", "tcp"), (f"tcp@{t}", forced[t], "tcp",
                                                                   "tcp")]
     rows, p50 = [], {}
@@ -334,11 +342,13 @@ def round_trip(ctx: Context, setup: Callable[[], None] | None = None) -> None:
                          "spread_pct": st["pass_spread"] * 100})
     _bare_loop(ctx, main, sizes)
     _in_flight(ctx, main, sizes)
-    for nbytes in sizes:
+    for nbytes in sizes if "shm" in forced_transports else []:
         uv = p50["tp_uv", nbytes] / p50["tcp@uv", nbytes]
         shm = p50["tp_shm", nbytes] / p50["tcp@shm", nbytes]
         # a ratio of ratios from two launches: one figure, no samples of its own
         ctx.metric("uv_over_shm", uv / shm, "x", kind="ratio", labels={"bytes": nbytes})
+    if "shm" not in forced_transports:
+        ctx.note("TensorPipe's shm transport skipped: shared memory cannot cross hosts")
     ctx.table("round_trip", rows, show=True)
     ctx.table("p50_us_and_over_floor", _closing_rows(p50, sizes), show=True)
     spreads = [r["spread_pct"] for r in rows]
@@ -356,7 +366,7 @@ def round_trip(ctx: Context, setup: Callable[[], None] | None = None) -> None:
                  "move the same bytes in host memory")
     ctx.details.update(plan=dataclasses.asdict(plan), sizes=sizes, in_flight=IN_FLIGHT,
                        sockets={"default": main["sockets"],
-                                **{t: forced[t]["sockets"] for t in FORCED}})
+                                **{t: forced[t]["sockets"] for t in forced_transports}})
     for m in ctx.metrics:  # the figures the summary shows first
         m.headline = m.labels.get("bytes") == 4 and (
             m.name == "suite_over_bare_loop"
@@ -408,6 +418,8 @@ def _closing_rows(p50: dict, sizes: list[int]) -> list[dict[str, Any]]:
     shown = [n for n in HEADLINE_SIZES if n in sizes]
     rows = []
     for key in [*MAIN_PATHS, "tp_shm", "tp_uv"]:
+        if (key, shown[0] if shown else None) not in p50:
+            continue  # a path not measured in this run (shm across hosts)
         row: dict[str, Any] = {"path": PATH_LABELS[key]}
         for n in shown:
             row[f"{size_label(n)}_us"] = p50[key, n] * 1e6
@@ -444,7 +456,8 @@ def batched_update(ctx: Context, setup: Callable[[], None] | None = None) -> Non
         for name, r in rate.items()], show=True)
 
 
-@suite.conformance(params=clean_exit_programs.PARAMS, devices=("cpu",), needs=("distributed",))
+@suite.conformance(params=clean_exit_programs.PARAMS, devices=("cpu",),
+                   needs=("distributed", "one_host"))
 def clean_exit(ctx: Context) -> None:
     """init_rpc, one rpc_sync and a graceful shutdown end both processes cleanly, in N fresh
     pairs of processes."""

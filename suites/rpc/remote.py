@@ -17,6 +17,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed import rpc
 
+from harness import launch
+
 
 def echo(x: torch.Tensor) -> torch.Tensor:
     """Returns its argument untouched: a round trip that is transport and nothing else."""
@@ -97,13 +99,14 @@ def join_gloo_echo(timeout_s: float) -> bool:
 # --- raw TCP echo --------------------------------------------------------------------------
 
 
-def start_tcp_echo(nbytes: int) -> int:
-    """Listen on 127.0.0.1 for one client; echo each whole `nbytes` message back until EOF.
+def start_tcp_echo(nbytes: int) -> tuple[str, int]:
+    """Listen for one client on this worker's address (loopback, or its host's interface in a
+    run across hosts); echo each whole `nbytes` message back until EOF.
 
     The whole message is read before any of it is sent back, as an RPC server does, so that
-    large payloads are not pipelined through the echo. Returns the port.
+    large payloads are not pipelined through the echo. Returns the address and port.
     """
-    server = socket.create_server(("127.0.0.1", 0))
+    server = socket.create_server((launch.bind_address(), 0))
     server.settimeout(60)
 
     def serve() -> None:
@@ -122,7 +125,7 @@ def start_tcp_echo(nbytes: int) -> int:
                 conn.sendall(buf)
 
     threading.Thread(target=serve, name="tcp-echo", daemon=True).start()
-    return server.getsockname()[1]
+    return server.getsockname()[:2]
 
 
 # --- the batched-update parameter server ----------------------------------------------------

@@ -146,13 +146,13 @@ class GlooPingPong:
 
 
 class TcpPingPong:
-    """Send the payload's bytes over a loopback TCP socket and read them back."""
+    """Send the payload's bytes over a plain TCP socket to the peer and read them back."""
 
     def __init__(self, payload: bytes, peer: str = PEER):
         self.payload, self.nbytes = payload, len(payload)
         self.buf = memoryview(bytearray(self.nbytes))
-        port = rpc.rpc_sync(peer, remote.start_tcp_echo, args=(self.nbytes,))
-        self.sock = socket.create_connection((launch.LOOPBACK, port))
+        addr, port = rpc.rpc_sync(peer, remote.start_tcp_echo, args=(self.nbytes,))
+        self.sock = socket.create_connection((addr, port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def __call__(self) -> memoryview:

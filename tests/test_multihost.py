@@ -1,0 +1,273 @@
+"""Runs across hosts (`release-bench multihost`, harness.nodes): two torchrun nodes on
+loopback, one of them configured the way srun would; a host that never joins; a host that
+dies mid-run; bad input; and the netns ground-truth check where root and `ip netns` work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from sockets import listeners
+
+from harness import launch, nodes
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "harness.cli"]
+
+
+def _start(args: list[str], out: Path, log: Path, env: dict[str, str] | None = None,
+           ) -> subprocess.Popen:
+    return subprocess.Popen([*CLI, "multihost", *args, "--", *out_args(out)], cwd=ROOT,
+                            stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            env=os.environ | {"PYTHONWARNINGS": "ignore"} | (env or {}))
+
+
+def out_args(out: Path) -> list[str]:
+    return ["--suite", "rpc", "--case", "round", "--param", "sizes=[4,65536]",
+            "--param", "min_samples=10", "--no-telemetry", "--out", str(out)]
+
+
+def _flags(port: int) -> list[str]:
+    return ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--iface", "lo"]
+
+
+def _tree_gone(procs: list[psutil.Process]) -> list[str]:
+    """The command lines of processes of `procs` (and their descendants) still running."""
+    time.sleep(0.5)
+    return [" ".join(p.cmdline()[:6]) for p in procs if p.is_running()
+            and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def _descendants(proc: subprocess.Popen) -> list[psutil.Process]:
+    try:
+        me = psutil.Process(proc.pid)
+        return [me, *me.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+# --- without processes ------------------------------------------------------------------------
+
+
+def test_ranks_go_round_robin_over_the_nodes():
+    assert nodes.placement(2, 2) == {0: [0], 1: [1]}
+    assert nodes.placement(3, 2) == {0: [0, 2], 1: [1]}
+    assert nodes.placement(1, 3) == {0: [0]}
+
+
+def _args(**kw) -> argparse.Namespace:
+    return argparse.Namespace(**({"nnodes": None, "rdzv_endpoint": None, "iface": "lo",
+                                  "join_timeout": 60.0} | kw))
+
+
+def test_srun_environment_fills_in_the_command_line():
+    env = {"SLURM_JOB_ID": "7", "SLURM_NNODES": "4", "SLURM_NODEID": "0",
+           "MASTER_ADDR": "198.18.0.1", "MASTER_PORT": "29600"}
+    plan = nodes.plan_from(_args(), env)
+    assert (plan.nnodes, plan.rdzv_host, plan.rdzv_port, plan.hosts_store) == (
+        4, "198.18.0.1", 29600, True)
+    assert nodes.plan_from(_args(), env | {"SLURM_NODEID": "3"}).hosts_store is False
+    # the command line wins over the environment
+    plan = nodes.plan_from(_args(nnodes=2, rdzv_endpoint="198.18.0.2:1234"), env)
+    assert (plan.nnodes, plan.rdzv_host, plan.rdzv_port) == (2, "198.18.0.2", 1234)
+    # outside srun nothing is guessed
+    assert nodes.plan_from(_args(nnodes=2, rdzv_endpoint="h:1"), {}).hosts_store is None
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({}, "give --nnodes"),
+    ({"nnodes": 2}, "give --rdzv-endpoint"),
+    ({"nnodes": 2, "rdzv_endpoint": "nohostport"}, "must be HOST:PORT"),
+    ({"nnodes": 2, "rdzv_endpoint": "0.0.0.0:29400"}, "must name one address"),
+])
+def test_incomplete_plans_are_refused_in_one_line(kw, message):
+    with pytest.raises(nodes.NodeError, match=message):
+        nodes.plan_from(_args(**kw), {})
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1", "--iface", "nosuch0"],
+     "no network interface named 'nosuch0'"),
+    (["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1", "--", "--suite", "amp"],
+     "suite 'amp' has no multi-process cases"),
+    (["--rdzv-endpoint", "127.0.0.1:1"], "give --nnodes"),
+])
+def test_bad_input_is_one_line_and_status_2(args, message):
+    r = subprocess.run([*CLI, "multihost", *args], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+# --- two nodes on loopback ----------------------------------------------------------------------
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_two_nodes_on_loopback_one_record_ranks_on_both_listeners_on_loopback(tmp_path):
+    """Node A from the command line, node B from srun's variables: one record, written by
+    node 0, holds both hosts; the RPC client and its peer run on different nodes; every
+    listener of either tree is on loopback."""
+    port = launch.free_port()
+    out = tmp_path / "runs"
+    a = _start(_flags(port), out, tmp_path / "a.log")
+    b = _start([], out, tmp_path / "b.log",
+               env={"SLURM_JOB_ID": "1", "SLURM_NNODES": "2", "SLURM_NODEID": "1",
+                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    seen: set = set()
+    deadline = time.monotonic() + 400
+    while (a.poll() is None or b.poll() is None) and time.monotonic() < deadline:
+        for p in (a, b):
+            seen |= listeners(psutil.Process(p.pid)) if p.poll() is None else set()
+        time.sleep(0.1)
+    for p in (a, b):
+        if p.poll() is None:
+            p.kill()
+    logs = {n: (tmp_path / f"{n}.log").read_text() for n in ("a", "b")}
+    assert (a.returncode, b.returncode) == (0, 0), logs
+    (record,) = list(out.rglob("*.json"))
+    run = json.loads(record.read_text())
+    assert [h["node"] for h in run["hosts"]] == [0, 1]
+    assert {h["addr"] for h in run["hosts"]} == {"127.0.0.1"}
+    assert all(h["machine"]["cpu"]["model"] for h in run["hosts"])
+    by_case = {e["case"]: e for e in run["results"]}
+    assert set(by_case) == {"roundtrip", "round_trip"}
+    assert all(e["outcome"] == "pass" for e in run["results"]), run["results"]
+    for e in run["results"]:  # rank 0 on node 0, rank 1 on node 1: the pair the figures crossed
+        assert e["placement"] and all(p["0"].startswith("node 0") and p["1"].startswith("node 1")
+                                      for p in e["placement"])
+    paths = {m["labels"]["path"] for m in by_case["round_trip"]["metrics"]
+             if m["name"] == "p50"}
+    assert "tp_uv" in paths and "tp_shm" not in paths  # shm cannot cross hosts
+    assert any("shm transport skipped" in n for n in by_case["round_trip"]["notes"])
+    # stores, TensorPipe, Gloo and the TCP floor listened, all of it on loopback
+    assert len({port for _, port, _ in seen}) >= 4, seen
+    off = sorted(x for x in seen if not ipaddress.ip_address(x[0]).is_loopback)
+    assert off == [], f"listeners off loopback: {off}"
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_a_host_that_never_joins_is_one_line_and_leaves_nothing(tmp_path):
+    port = launch.free_port()
+    t0 = time.monotonic()
+    a = subprocess.Popen([*CLI, "multihost", *_flags(port), "--join-timeout", "5", "--",
+                          *out_args(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    tree = _descendants(a)
+    _, stderr = a.communicate(timeout=120)
+    took = time.monotonic() - t0
+    assert a.returncode == 1
+    assert stderr.strip().splitlines()[-1] == (
+        f"release-bench: multihost: not all 2 hosts joined the rendezvous at 127.0.0.1:{port} "
+        f"within 5 s")
+    assert took < 60, took
+    assert _tree_gone(tree + _descendants(a)) == []
+    assert not list(tmp_path.rglob("*.json"))
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_a_host_that_dies_mid_run_is_one_clear_error(tmp_path):
+    """Kill every process of node 1 while node 0 runs a case across both: the case ends in an
+    error naming the lost host within the heartbeat's limit, later cases fail at once, and
+    node 0's command exits 1 with nothing left running."""
+    port = launch.free_port()
+    out = tmp_path / "runs"
+    args = ["--suite", "ddp_rpc", "--case", "matches_reference", "--no-telemetry",
+            "--out", str(out)]
+    procs = {}
+    for name in ("a", "b"):
+        procs[name] = subprocess.Popen(
+            [*CLI, "multihost", *_flags(port), "--", *args], cwd=ROOT,
+            stdout=(tmp_path / f"{name}.log").open("w"), stderr=subprocess.STDOUT)
+        time.sleep(1)
+    deadline = time.monotonic() + 180
+    node0 = None
+    while node0 is None and time.monotonic() < deadline:
+        for name in procs:
+            if "[1/3] ddp_rpc/matches_reference[cpu ddp=none] pass" in (
+                    tmp_path / f"{name}.log").read_text():
+                node0 = name
+        time.sleep(0.1)
+    assert node0 is not None, "the first case never passed"
+    time.sleep(1.0)  # the second case is under way, its rank 1 on node 1
+    victim = procs["b" if node0 == "a" else "a"]
+    tree = _descendants(victim)
+    for p in tree:
+        p.kill()
+    killed = time.monotonic()
+    keep = _descendants(procs[node0])
+    procs[node0].wait(timeout=150)
+    took = time.monotonic() - killed
+    log = (tmp_path / f"{node0}.log").read_text()
+    assert procs[node0].returncode == 1, log
+    assert took < 90, took
+    (record,) = list(out.rglob("*.json"))
+    results = json.loads(record.read_text())["results"]
+    assert [e["outcome"] for e in results] == ["pass", "error", "error"]
+    for e in results[1:]:
+        assert "was lost with node" in e["reason"] and "no heartbeat" in e["reason"], e["reason"]
+    assert results[2]["elapsed_s"] < 5  # a lost host is not waited for twice
+    assert _tree_gone(tree + keep) == []
+
+
+# --- ground truth: two network namespaces, a shaped link ----------------------------------------
+
+
+def _namespace_listeners(ns: str) -> set[tuple[str, int, str]]:
+    """(address, port, namespace) of every TCP listener in namespace `ns` (which the check
+    made, so each is the run's). psutil reads the listeners of its own namespace only."""
+    r = subprocess.run(["ip", "netns", "exec", ns, "ss", "-ltnH"], capture_output=True,
+                       text=True)
+    out = set()
+    for line in r.stdout.splitlines() if r.returncode == 0 else []:
+        addr, _, port = line.split()[3].rpartition(":")
+        out.add((addr.strip("[]").replace("*", "0.0.0.0"), int(port), ns))
+    return out
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.netns
+def test_netns_check_matches_the_shaped_rate_and_listens_only_on_its_interfaces(tmp_path):
+    """scripts/netns-check.sh: where root and `ip netns` work, the round trips grow with the
+    payload at the shaped rate, DDP+RPC matches its reference across the namespaces, and no
+    process of the check listens off its namespace's addresses or loopback."""
+    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
+        pytest.skip("needs root, ip and tc to make network namespaces")
+    env = os.environ | {"OUT": str(tmp_path), "PORT": str(launch.free_port()),
+                        "BIN": str(Path(sys.executable).parent)}
+    proc = subprocess.Popen([str(ROOT / "scripts" / "netns-check.sh")], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen: set = set()
+    deadline = time.monotonic() + 900
+    while proc.poll() is None and time.monotonic() < deadline:
+        seen |= _namespace_listeners(f"rb-a-{proc.pid}") | _namespace_listeners(f"rb-b-{proc.pid}")
+        time.sleep(0.1)
+    if proc.poll() is None:
+        proc.kill()
+        pytest.fail("the netns check did not finish within 900 s")
+    output = proc.stdout.read()
+    if proc.returncode == 77:
+        pytest.skip(output.strip().splitlines()[-1])
+    assert proc.returncode == 0, output[-3000:]
+    check = json.loads((tmp_path / "check.json").read_text())
+    # slope and bandwidth for three paths, DDP+RPC twice (and the delay, where netem exists)
+    assert all(c["passed"] for c in check["checks"]) and len(check["checks"]) >= 8
+    allowed = ipaddress.ip_network("198.18.0.0/30")
+    off = sorted(x for x in seen if not (ipaddress.ip_address(x[0]).is_loopback
+                                         or ipaddress.ip_address(x[0]) in allowed))
+    assert len({port for _, port, _ in seen}) >= 4, seen
+    assert off == [], f"listeners off the namespaces' addresses: {off}"
