@@ -279,13 +279,23 @@ def _first_line(fn: Callable) -> str:
 class Suite:
     """One release feature: its conformance cases, benchmark cases and workloads."""
 
-    def __init__(self, name: str, feature: str, status: str, summary: str):
+    def __init__(self, name: str, feature: str, status: str, summary: str,
+                 spans_hosts: bool = False):
         self.name = name
         self.feature = feature
         self.status = status  # the feature's status in the 1.6 release: "stable" or "beta"
         self.summary = summary
+        # whether its multi-process cases can spread their ranks over hosts (`multihost`)
+        self.spans_hosts = spans_hosts
         self.cases: list[Case] = []
         self.workloads: list[Workload] = []
+        # the report's figures: each takes the run's entries of this suite (harness.figures)
+        self.figures: list[Callable[[list[dict]], Any]] = []
+
+    def figure(self, func: Callable[[list[dict]], Any]) -> Callable[[list[dict]], Any]:
+        """Declare a report figure (in `suites/<name>/figures.py`, see harness.figures)."""
+        self.figures.append(func)
+        return func
 
     def _case(self, kind: str, params: ParamSpec, devices: Sequence[str], needs: Sequence[str],
               sampled: bool = True, options: Sequence[str] = (), known_issue: str = ""):

@@ -106,8 +106,8 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true",
                      help="print what would run (any device, present or not) and stop")
 
-    multi = sub.add_parser("multihost", help="run the rpc and ddp_rpc suites across hosts "
-                           "through torchrun (the same command on every host)")
+    multi = sub.add_parser("multihost", help="run the suites that span hosts across several "
+                           "hosts through torchrun (the same command on every host)")
     multi.add_argument("--nnodes", type=int, metavar="N",
                        help="how many hosts (default under srun: SLURM_NNODES)")
     multi.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
@@ -206,9 +206,6 @@ def _devices(requested: Sequence[str] | None, dry_run: bool = False) -> list[str
     return list(dict.fromkeys(requested))
 
 
-MULTIHOST_SUITES = ("rpc", "ddp_rpc")  # the suites whose cases run several processes
-
-
 def _cmd_run(args, hosts: list[dict] | None = None) -> int:
     """`run`; with `hosts` (node 0 of a run across hosts) the cases that need one host are
     left out, and the record lists every host."""
@@ -261,12 +258,17 @@ def _cmd_run(args, hosts: list[dict] | None = None) -> int:
     return EXIT_FAILED if any(e["outcome"] != "invalid" for e in reported) else EXIT_OK
 
 
+def _suites_spanning_hosts() -> list[str]:
+    from harness import registry
+
+    return [n for n in registry.suite_names() if registry.load(n).spans_hosts]
+
+
 def run_across_hosts(run_argv: list[str], hosts: list[dict]) -> int:
     """Node 0's part of `multihost`: `run RUN_ARGV` with its ranks spread over `hosts`."""
     try:
         args = _build_parser().parse_args(["run", *run_argv])
-        if not args.suite:
-            args.suite = list(MULTIHOST_SUITES)
+        args.suite = args.suite or _suites_spanning_hosts()
         return _cmd_run(args, hosts)
     except (UsageError, records.RecordError) as e:
         print(f"release-bench: error: {e}", file=sys.stderr)
@@ -279,10 +281,11 @@ def _cmd_multihost(args) -> int:
     run_argv = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
     # bad run options fail here, on every host, before any rendezvous
     run = _build_parser().parse_args(["run", *run_argv])
-    run.suite = run.suite or list(MULTIHOST_SUITES)
-    if bad := [s for s in _selected_suites(run) if s not in MULTIHOST_SUITES]:
+    spanning = _suites_spanning_hosts()
+    run.suite = run.suite or spanning
+    if bad := [s for s in _selected_suites(run) if s not in spanning]:
         raise UsageError(f"suite {bad[0]!r} has no multi-process cases to spread over hosts "
-                         f"(multihost runs: {', '.join(MULTIHOST_SUITES)})")
+                         f"(multihost runs: {', '.join(spanning)})")
     try:
         plan = nodes.plan_from(args, dict(os.environ))
         return nodes.multihost(plan, run_argv)
@@ -316,7 +319,7 @@ def _cmd_asv_machine(args) -> int:
 
 
 def _cmd_asv_publish(args) -> int:
-    from harness.asv_adapter import publish
+    from harness.asv_dashboard import publish
 
     html_dir = publish(args.config)
     print(f"asv dashboard in {html_dir}; view it with: asv preview (or any static web server)")

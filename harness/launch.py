@@ -28,6 +28,7 @@ ranks on every host, and each host starts its share with the same machinery.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import pickle
@@ -39,7 +40,7 @@ import tempfile
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from multiprocessing.connection import wait
@@ -65,10 +66,13 @@ class WorkerFailure:
 
 
 class LaunchError(RuntimeError):
-    """Workers failed; str() is one line naming the first failure."""
+    """Workers failed; str() is one line naming the first failure. `pids` maps each rank
+    started on this machine to its process id, for checks that every one is gone."""
 
-    def __init__(self, failures: list[WorkerFailure], label: str = "worker"):
+    def __init__(self, failures: list[WorkerFailure], label: str = "worker",
+                 pids: dict[int, int] | None = None):
         self.failures = failures
+        self.pids = pids or {}
         first = failures[0]
         if first.kind == "timeout":
             ranks = ", ".join(str(f.rank) for f in failures if f.kind == "timeout")
@@ -285,6 +289,10 @@ class LocalRanks:
         for p in self.procs.values():
             p.start()
 
+    def pids(self) -> dict[int, int]:
+        """The process id of each worker started."""
+        return {rank: p.pid for rank, p in self.procs.items() if p.pid is not None}
+
     def wait(self, timeout: float) -> list[tuple[int, bool, Any]]:
         """(rank, True, value) or (rank, False, WorkerFailure) for each worker that ended
         within `timeout` seconds."""
@@ -358,6 +366,22 @@ def gather(local: LocalRanks, timeout_s: float, grace_s: float,
     return results, failures
 
 
+# A test that breaks a feature inside worker processes sets this (through `runner.execute`):
+# every worker launched meanwhile runs it first.
+_worker_setup: Callable[[], None] | None = None
+
+
+@contextlib.contextmanager
+def workers_set_up_by(setup: Callable[[], None] | None) -> Iterator[None]:
+    """Every worker launched inside the block runs `setup()` before its function."""
+    global _worker_setup
+    saved, _worker_setup = _worker_setup, setup
+    try:
+        yield
+    finally:
+        _worker_setup = saved
+
+
 # A run across hosts (harness.nodes) sets this: `launch` then places ranks on every host.
 _cluster: Any = None
 
@@ -394,13 +418,15 @@ def launch(
     """Run `fn(rank, nprocs, *args)` in `nprocs` spawned processes; return values by rank.
 
     `fn` and `setup` must be importable module-level functions (spawn pickles them by name);
-    `setup()` runs in each worker before `fn`, for instance to patch torch on purpose.
+    `setup()` runs in each worker before `fn`, for instance to patch torch on purpose (by
+    default, the one `workers_set_up_by` sets).
     The workers rendezvous through a store this call hosts on `host`, or through the one the
     caller already hosts there at `store_port` (`bound_store`). In a run across hosts the
     ranks are spread over them (`harness.nodes`).
     """
     if nprocs < 1:
         raise ValueError("nprocs must be at least 1")
+    setup = setup or _worker_setup
     if _cluster is not None:
         return _cluster.launch(fn, nprocs, args, timeout_s=timeout_s, grace_s=grace_s,
                                setup=setup, env=env, label=label, store_port=store_port)
@@ -423,5 +449,28 @@ def launch(
         local.close()
         del store  # closes its listener
     if failures:
-        raise LaunchError(failures, label)
+        raise LaunchError(failures, label, local.pids())
     return [results[r] for r in range(nprocs)]
+
+
+def still_running(pids: Iterable[int]) -> list[int]:
+    """The processes of `pids` that are still alive (a zombie counts as gone: it has ended and
+    only waits for its parent to read its status)."""
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def kill_leftovers(pids: Iterable[int]) -> None:
+    """SIGKILL whatever of `pids` still runs (tests that stop the launcher reaping on purpose
+    clean up with this)."""
+    for pid in still_running(pids):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

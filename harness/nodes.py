@@ -215,7 +215,7 @@ class Cluster:
         self.placements.append({str(r): self.nodes[k].label
                                 for k, ranks in where.items() for r in ranks})
         if failures:
-            raise launch.LaunchError(failures, label)
+            raise launch.LaunchError(failures, label, local.pids())
         return [results[r] for r in range(nprocs)]
 
     def take_placements(self) -> list[dict[str, str]]:

@@ -25,3 +25,12 @@ def load(name: str) -> Suite:
 
 def all_suites() -> list[Suite]:
     return [load(n) for n in suite_names()]
+
+
+def figures(name: str) -> list:
+    """The report figures suite `name` declares (in `suites/<name>/figures.py`, imported only
+    here: runs need no plotting)."""
+    suite = load(name)
+    if importlib.util.find_spec(f"suites.{name}.figures") is not None:
+        importlib.import_module(f"suites.{name}.figures")
+    return suite.figures

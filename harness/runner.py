@@ -149,11 +149,14 @@ def execute(
     params: Params,
     profile: str,
     telemetry: Telemetry | None = None,
+    worker_setup: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Run one case once and return its result entry (never raises, except KeyboardInterrupt).
 
     With `telemetry`, the hardware is sampled while the case runs and the summary (power,
-    energy, clocks, throttling, validity) goes into the entry.
+    energy, clocks, throttling, validity) goes into the entry. `worker_setup` runs in every
+    worker process the case launches, before its work: how a test breaks a feature on
+    purpose inside workers (in this process, monkeypatch does it).
     """
     ctx = Context(device=device, profile=profile, params=dict(params))
     entry: dict[str, Any] = {
@@ -175,7 +178,7 @@ def execute(
             if device == "cuda" and not torch.cuda.is_available():
                 raise Skip("CUDA is not available on this machine")
             torch.manual_seed(0)
-            with sampler:
+            with sampler, launch.workers_set_up_by(worker_setup):
                 case.func(ctx)
             if any(not c.passed for c in ctx.checks):
                 outcome, reason = "fail", _failed_checks_reason(ctx)

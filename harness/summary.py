@@ -49,7 +49,8 @@ def headline_first(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(metrics, key=lambda m: not m.get("headline", False))
 
 
-def _key_figures(entry: dict[str, Any], limit: int = 4) -> str:
+def key_figures(entry: dict[str, Any], limit: int = 4) -> str:
+    """The checks passed and the first `limit` metrics, headline ones first, in one line."""
     metrics = headline_first(entry["metrics"])
     shown = [f"{metric_id(m['name'], m.get('labels'))}={fmt_metric(m)}"
              for m in metrics[:limit]]
@@ -117,7 +118,7 @@ def run_summary(run: dict[str, Any], tables: bool = True) -> str:
             f"{e['suite']}/{e['case']}",
             e.get("device", ""),
             param_id(e["params"]),
-            _key_figures(e),
+            key_figures(e),
             "; ".join(filter(None, [e["reason"], *flags])),
         ])
     lines.append(_rows_to_text(rows))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 import subprocess
 import sys
@@ -10,9 +11,12 @@ from pathlib import Path
 import pytest
 from browser import visit
 
-from harness import records, report
+from harness import figures, records, registry, report
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parent.parent
+# a real quick-profile run of every suite, committed as this machine kind's reference
+REFERENCE = records.resolve_run(ROOT / "results" / "runs" / "amd-epyc-2c")
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +52,70 @@ def test_report_cli_defaults_and_bad_input(real_run, tmp_path):
 
 def test_report_page_in_a_real_browser(real_run, tmp_path):
     page_file = report.write([real_run], tmp_path / "report.html")
-    page = visit(page_file.as_uri(), "report", count=("svg", "table", "h3"))
+    page = visit(page_file.as_uri(), "report-fork-wait", count=("svg", "table", "h3"))
     assert page.console_errors == []
     assert page.title == "torch-release-bench report"
     for section in ("Release checklist", "fork_wait", "Telemetry", "Machine"):
         assert section in page.text
     assert page.counts["svg"] >= 2 and page.counts["table"] >= 2
     assert page.screenshot.exists() and page.screenshot.stat().st_size > 10_000
+
+
+def test_every_suite_declares_figures_and_each_draws_from_a_real_run():
+    """Each suite's figures, from a real run of every suite: none comes out empty. A figure
+    whose metrics were renamed would."""
+    run = records.read_run(REFERENCE)
+    for name in registry.suite_names():
+        fns = registry.figures(name)
+        assert fns, f"suite {name} declares no report figure"
+        entries = [e for e in run["results"] if e["suite"] == name]
+        assert entries, f"the reference run has no {name} results"
+        for fn in fns:
+            fig = fn(entries)
+            assert fig is not None and not fig.empty, f"{name}: {fn.__name__} came out empty"
+            if fig.rows:  # a table shows figures, not only labels
+                assert any(re.search(r"\d", str(v)) for r in fig.rows for v in r.values())
+
+
+def test_a_figure_comes_out_empty_when_its_metric_is_renamed():
+    run = records.read_run(REFERENCE)
+    entries = [copy.deepcopy(e) for e in run["results"] if e["suite"] == "fork_wait"]
+    for e in entries:
+        for m in e["metrics"]:
+            m["name"] = m["name"].replace("speedup", "speed_up")
+    (scaling,) = [f for f in registry.figures("fork_wait") if f.__name__ == "scaling"]
+    assert scaling(entries) is None  # which the test above reports as an empty figure
+
+
+def test_build_leaves_the_runs_alone_and_escapes_what_they_say():
+    run = records.read_run(REFERENCE)
+    hostile = "rpc'><script>alert(1)</script>"
+    run["results"][0]["suite"] = hostile
+    run["results"][0]["reason"] = "<b>not bold</b>"
+    before = copy.deepcopy(run)
+    html = report.build([run])
+    assert run == before
+    assert "<script>alert(1)</script>" not in html and "<b>not bold</b>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_numbers_carry_three_significant_figures():
+    assert figures.sig(0.000123456) == "0.000123" and figures.sig(1234.5678) == "1.23e+03"
+    m = {"value": 1.18321, "stats": {"ci": [1.0912, 1.2734]}}
+    assert figures.with_interval(m) == "1.18 [1.09, 1.27]"
+
+
+def test_every_suite_figure_in_a_real_browser(tmp_path):
+    """The reference run's page in headless Chromium: every declared figure's title is on the
+    page and every plot is an SVG; the screenshot is results/screenshots/report.png."""
+    page_file = report.write([REFERENCE], tmp_path / "report.html")
+    page = visit(page_file.as_uri(), "report", count=("svg", "table", "h3"))
+    assert page.console_errors == []
+    run = records.read_run(REFERENCE)
+    made = [fn([e for e in run["results"] if e["suite"] == name])
+            for name in registry.suite_names() for fn in registry.figures(name)]
+    for fig in made:
+        assert fig.title in page.text, fig.title
+    plots = sum(1 for f in made if f.svg)
+    assert page.counts["svg"] >= plots and page.counts["h3"] >= len(registry.suite_names())
+    assert page.screenshot.stat().st_size > 50_000

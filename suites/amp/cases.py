@@ -60,7 +60,12 @@ GEMM_DTYPES = {
     "cpu": ("float32", "bfloat16", "autocast-bfloat16"),
     "cuda": ("float32", "tf32", "float16", "bfloat16", "autocast-float16"),
 }
-# Dense datasheet peaks in TFLOP/s (shared/ANCHORS.md), drawn beside measured figures.
+# Dense peaks in TFLOP/s (SXM parts, without sparsity), drawn beside measured figures, from
+# NVIDIA's "H100 Tensor Core GPU" datasheet (H100 and H200 share the compute figures; the H200
+# datasheet repeats them) and NVIDIA's "A100 Tensor Core GPU" datasheet.
+DATASHEETS = {"H200": "NVIDIA H200 Tensor Core GPU datasheet (SXM, dense)",
+              "H100": "NVIDIA H100 Tensor Core GPU datasheet (SXM, dense)",
+              "A100": "NVIDIA A100 Tensor Core GPU datasheet (SXM, dense)"}
 DATASHEET_TFLOPS = {
     "H200": {"float32": 67, "tf32": 495, "float16": 989, "bfloat16": 989},
     "H100": {"float32": 67, "tf32": 495, "float16": 989, "bfloat16": 989},
@@ -120,15 +125,15 @@ def matmul(device: str, n: int, dtype: str):
 # ---- conformance ----------------------------------------------------------------------------
 
 @suite.conformance(params=[{"dtype": "bfloat16"}, {"dtype": "float16"}])
-def autocast_op_lists(ctx: Context, setup=None) -> None:
+def autocast_op_lists(ctx: Context) -> None:
     """Each op in PyTorch's autocast lists gives the expected dtype and equals its control.
 
     The lists run in a worker process: importing them changes torch's global state (see
-    oplists). `setup` runs in the worker first (the tests use it to break autocast).
+    oplists).
     """
     dtype = ctx.params["dtype"]
     (res,) = launch.launch(oplists.run_lists, 1, (ctx.device, dtype), timeout_s=600,
-                           setup=setup, label="autocast lists worker")
+                           label="autocast lists worker")
     if "unavailable" in res:
         raise Skip(res["unavailable"])
     seen: Counter[str] = Counter()
@@ -357,7 +362,7 @@ def gemm_ladder(ctx: Context) -> None:
     else:
         ctx.details.update(gpu=gpu, baseline="float32 is strict FP32 (allow_tf32=False)")
         if peaks:
-            ctx.note(f"datasheet dense peaks for {gpu} from shared/ANCHORS.md: {peaks}")
+            ctx.note(f"dense peaks for {gpu} from the {DATASHEETS[gpu]}: {peaks}")
 
 
 @suite.conformance(params=clean_exit_programs.PARAMS)

@@ -1,4 +1,4 @@
-"""Deliberate breakages of the hybrid, run inside the launcher's workers as `setup=` hooks
+"""Deliberate breakages of the hybrid, run inside the launcher's workers as `worker_setup=` hooks
 by test_breaks.py (module-level functions, since spawn pickles them by name). Kept apart from
 the tests so that workers import only torch, not pytest and the harness runner.
 """

@@ -34,7 +34,6 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-import psutil
 import torch
 
 from harness import clean_exit as clean_exit_programs
@@ -61,6 +60,7 @@ suite = Suite(
     status="beta",
     summary="RemoteModule embedding + DDP dense model + dist autograd + DistributedOptimizer "
             "equals a single-process reference; step time and where it goes",
+    spans_hosts=True,
 )
 
 STEPS = {"quick": 20, "full": 40}
@@ -81,14 +81,10 @@ FAULT_RPC_TIMEOUT_S = 10.0
 FAULT_PG_TIMEOUT_S = 20.0
 FAULT_LAUNCH_TIMEOUT_S = 120.0
 
-Setup = Callable[[], None] | None
-
-
-def run_hybrid(spec: workers.Spec, setup: Setup = None,
-               timeout_s: float = LAUNCH_TIMEOUT_S) -> list[dict[str, Any]]:
+def run_hybrid(spec: workers.Spec, timeout_s: float = LAUNCH_TIMEOUT_S) -> list[dict[str, Any]]:
     """The three processes, through the launcher; results by rank."""
     return launch.launch(workers.hybrid_worker, WORLD_SIZE, (spec,), timeout_s=timeout_s,
-                         grace_s=GRACE_S, setup=setup, label=LABEL)
+                         grace_s=GRACE_S, label=LABEL)
 
 
 def new_spec(task: str, mode: str, device: str, batches: list, shape: Shape,
@@ -112,14 +108,14 @@ def _fmt(abs_diff: float, rel_diff: float) -> str:
 @suite.conformance(params={"quick": [{"ddp": m} for m in MODES],
                            "full": [{"ddp": m} for m in MODES]},
                    needs=("distributed",))
-def matches_reference(ctx: Context, setup: Setup = None) -> None:
+def matches_reference(ctx: Context) -> None:
     """Every parameter and loss after N lock-step steps equals a single-process reference."""
     mode = ctx.params["ddp"]
     steps = STEPS[ctx.profile]
     shape = Shape()
     batches = make_batches(shape, steps)
     spec = new_spec("train", mode, ctx.device, batches, shape)
-    res = run_hybrid(spec, setup)
+    res = run_hybrid(spec)
     ref = reference_training(shape, spec.init, batches, mode, spec.optim)
 
     rows = []
@@ -167,14 +163,14 @@ def matches_reference(ctx: Context, setup: Setup = None) -> None:
 @suite.conformance(params={"quick": [{"ddp": "outside"}, {"ddp": "inside"}],
                            "full": [{"ddp": "outside"}, {"ddp": "inside"}]},
                    devices=("cpu",), needs=("distributed",))
-def mirrored_pairs(ctx: Context, setup: Setup = None) -> None:
+def mirrored_pairs(ctx: Context) -> None:
     """Pairs with opposite targets make DDP's dense gradients exactly zero, not the
     embedding's."""
     mode = ctx.params["ddp"]
     shape = Shape()
     batches = [[b[0], b[0].mirrored()] for b in make_batches(shape, 3)]
     spec = new_spec("grads", mode, ctx.device, batches, shape, loss="signed")
-    res = run_hybrid(spec, setup)
+    res = run_hybrid(spec)
     dense_max, zero, emb_nonzero, opposite = 0.0, True, True, True
     for step in range(len(batches)):
         per_trainer = [res[r]["steps"][step]["dist"] for r in TRAINER_RANKS]
@@ -197,13 +193,13 @@ def mirrored_pairs(ctx: Context, setup: Setup = None) -> None:
 @suite.conformance(params={"quick": [{"ddp": "inside"}],
                            "full": [{"ddp": "none"}, {"ddp": "inside"}]},
                    devices=("cpu",), needs=("distributed",))
-def dist_grads_equal_local(ctx: Context, setup: Setup = None) -> None:
+def dist_grads_equal_local(ctx: Context) -> None:
     """dist_autograd.get_gradients equals local autograd gradients of an identical module."""
     mode = ctx.params["ddp"]
     shape = Shape()
     batches = make_batches(shape, 3)
     spec = new_spec("grads", mode, ctx.device, batches, shape, local_check=True)
-    res = run_hybrid(spec, setup)
+    res = run_hybrid(spec)
     worst = 0.0
     for rank in TRAINER_RANKS:
         for part in ("dense", "embedding"):
@@ -236,42 +232,32 @@ def local_step(device: str, batch: int = BENCH_SHAPE.batch) -> Callable[[], None
                          Optim(), device)
 
 
-def _pids(pid_dir: str) -> dict[int, int]:
-    return {int(p.name[4:]): int(p.read_text()) for p in Path(pid_dir).glob("rank*")}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 @suite.conformance(params={"quick": [{"victim": "trainer"}, {"victim": "ps"}],
                            "full": [{"victim": "trainer"}, {"victim": "ps"}]},
                    devices=("cpu",), needs=("distributed", "one_host"))
-def faults(ctx: Context, setup: Setup = None) -> None:
+def faults(ctx: Context) -> None:
     """A trainer or the parameter server dying mid-training ends the case with a clear error,
     no hang, every process reaped."""
     victim = PS_RANK if ctx.params["victim"] == "ps" else TRAINER_RANKS[0]
     shape = Shape()
     batches = make_batches(shape, 2 * FAULT_STEP)
-    with tempfile.TemporaryDirectory(prefix="ddp-rpc-pids-") as pid_dir:
+    with tempfile.TemporaryDirectory(prefix="ddp-rpc-fault-") as tmp:
+        death = Path(tmp, "death")
         spec = new_spec("train", "inside", ctx.device, batches, shape,
-                        kill=(victim, FAULT_STEP), pid_dir=pid_dir,
+                        kill=(victim, FAULT_STEP), death_file=str(death),
                         rpc_timeout_s=FAULT_RPC_TIMEOUT_S, pg_timeout_s=FAULT_PG_TIMEOUT_S)
         t0 = time.perf_counter()
         error: launch.LaunchError | None = None
         try:
-            run_hybrid(spec, setup, timeout_s=FAULT_LAUNCH_TIMEOUT_S)
+            run_hybrid(spec, timeout_s=FAULT_LAUNCH_TIMEOUT_S)
         except launch.LaunchError as e:
             error = e
         elapsed = time.perf_counter() - t0
         ended = time.time()
-        pids = _pids(pid_dir)
-        death = Path(pid_dir, "death")
+        pids = error.pids if error else {}
         after_death = ended - float(death.read_text()) if death.exists() else None
-    left = sorted(r for r, pid in pids.items() if _alive(pid))
+    alive = launch.still_running(pids.values())
+    left = sorted(r for r, pid in pids.items() if pid in alive)
     ctx.details["pids"] = pids
     message = str(error) if error else "finished without an error"
     # The launcher's one line names the first failure it collected; a peer that raised at
@@ -300,14 +286,14 @@ def faults(ctx: Context, setup: Setup = None) -> None:
 
 @suite.benchmark(params={"quick": [{"ddp": "inside"}], "full": [{"ddp": m} for m in MODES]},
                  needs=("distributed",))
-def step_time(ctx: Context, setup: Setup = None) -> None:
+def step_time(ctx: Context) -> None:
     """Hybrid step time and its phases, beside an equivalent local step, a bare RPC and a
     bare allreduce."""
     mode = ctx.params["ddp"]
     batches = make_batches(BENCH_SHAPE, 8)
     spec = new_spec("measure", mode, ctx.device, batches, BENCH_SHAPE, lockstep=False,
                     steps_per_round=BENCH_STEPS[ctx.profile])
-    res = run_hybrid(spec, setup)
+    res = run_hybrid(spec)
     per_trainer = {}
     for rank in TRAINER_RANKS:
         r = res[rank]

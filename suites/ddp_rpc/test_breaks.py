@@ -1,15 +1,12 @@
 """Each DDP+RPC check, shown to fail when the feature is broken on purpose.
 
-The breaks run inside the launcher's workers (`setup=` hooks in `breaks.py`, a module kept
-light because every worker imports it). Each case passes unbroken in test_ddp_rpc.py; here
-the same case runs with one break and the checks that guard against it fail.
+The breaks run inside the launcher's workers (`worker_setup=` hooks of `execute`, in
+`breaks.py`, a module kept light because every worker imports it). Each case passes unbroken
+in test_ddp_rpc.py; here the same case runs with one break and the checks that guard against
+it fail.
 """
 
 from __future__ import annotations
-
-import os
-import signal
-from dataclasses import replace
 
 import pytest
 
@@ -29,10 +26,8 @@ pytestmark = pytest.mark.distributed
 
 
 def run(name: str, params: dict, setup=None) -> dict:
-    case = cases.suite.case(name)
-    if setup is not None:
-        case = replace(case, func=lambda ctx: cases.suite.case(name).func(ctx, setup=setup))
-    return execute(case, "cpu", params, "quick")
+    """The case's result entry, `setup` having run in each of its workers."""
+    return execute(cases.suite.case(name), "cpu", params, "quick", worker_setup=setup)
 
 
 def failed(entry: dict) -> set[str]:
@@ -111,8 +106,4 @@ def test_reaped_check_fails_when_the_launcher_does_not_reap(monkeypatch):
         assert failed(entry) == {"every process reaped", "survivors failed on their own"}, \
             entry["reason"]
     finally:
-        for pid in entry["details"].get("pids", {}).values():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        launch.kill_leftovers(entry["details"].get("pids", {}).values())

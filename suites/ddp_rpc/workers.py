@@ -27,6 +27,7 @@ from torch.distributed.nn import RemoteModule
 from torch.distributed.optim import DistributedOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
+from harness import rpc_group
 from harness.timing import synchronize
 from suites.ddp_rpc.model import (
     LOSSES,
@@ -65,7 +66,7 @@ class Spec:
     pg_timeout_s: float = 60.0
     local_check: bool = False  # task "grads": also local-autograd gradients to compare
     kill: tuple[int, int] | None = None  # (rank, step): that rank SIGKILLs itself there
-    pid_dir: str | None = None  # each process writes its pid here (to check reaping)
+    death_file: str | None = None  # the killed rank writes the time of its death here
     steps_per_round: int = 20  # task "measure": timed steps per round
     rounds: int = 3
     warmup: int = 3
@@ -73,28 +74,24 @@ class Spec:
 
 def hybrid_worker(rank: int, world: int, spec: Spec) -> dict[str, Any]:
     """One process of the hybrid: the parameter server (rank 0) or a trainer."""
-    if spec.pid_dir:
-        Path(spec.pid_dir, f"rank{rank}").write_text(str(os.getpid()))
     # Three processes share the cores: more threads each would only oversubscribe them.
     torch.set_num_threads(spec.threads)
     timeout = timedelta(seconds=spec.pg_timeout_s)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout)
-    trainers = dist.new_group(list(TRAINER_RANKS), timeout=timeout)  # every rank must call it
-    # the same store as the process group: the launcher's, on MASTER_ADDR only
-    options = rpc.TensorPipeRpcBackendOptions(init_method="env://",
+    # the process group and RPC share the launcher's store (on MASTER_ADDR only); leaving the
+    # block normally is a graceful RPC shutdown, which waits for every peer's outstanding RPCs
+    options = rpc.TensorPipeRpcBackendOptions(init_method=rpc_group.rendezvous_url(),
                                               rpc_timeout=spec.rpc_timeout_s)
-    rpc.init_rpc(worker_name(rank), rank=rank, world_size=world, rpc_backend_options=options)
-    if rank == PS_RANK:
-        _start_parameter_server(spec)
-        dist.barrier()  # the embedding exists before any trainer asks for it
-        dist.barrier()  # the trainers are done
-        result: dict[str, Any] = {"embedding": _PS["embedding"].weight.detach().clone()}
-    else:
-        dist.barrier()
-        result = TASKS[spec.task](rank, spec, trainers)
-        dist.barrier()
-    rpc.shutdown()  # graceful: waits for every peer's outstanding RPCs
-    dist.destroy_process_group()
+    with rpc_group.joined(rank, world, worker_name(rank), options, gloo_timeout=timeout):
+        trainers = dist.new_group(list(TRAINER_RANKS), timeout=timeout)  # every rank calls it
+        if rank == PS_RANK:
+            _start_parameter_server(spec)
+            dist.barrier()  # the embedding exists before any trainer asks for it
+            dist.barrier()  # the trainers are done
+            result: dict[str, Any] = {"embedding": _PS["embedding"].weight.detach().clone()}
+        else:
+            dist.barrier()
+            result = TASKS[spec.task](rank, spec, trainers)
+            dist.barrier()
     return result
 
 
@@ -164,8 +161,8 @@ def build_trainer(rank: int, spec: Spec, group: dist.ProcessGroup) -> Trainer:
 
 def die(spec: Spec) -> None:
     """SIGKILL this process (no handler, no cleanup), noting when, for the case's timing."""
-    if spec.pid_dir:
-        Path(spec.pid_dir, "death").write_text(repr(time.time()))
+    if spec.death_file:
+        Path(spec.death_file).write_text(repr(time.time()))
     os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -131,15 +131,12 @@ def measure_scaling(rank: int, world: int, interop_threads: int, task_counts: li
 @suite.benchmark(params={"quick": [{"interop_threads": n} for n in (1, 2)],
                          "full": [{"interop_threads": n} for n in (1, 2, 4)]},
                  devices=("cpu",), needs=("distributed",))
-def scaling(ctx: Context, setup=None) -> None:
-    """Speedup of K forked tasks over serial, against the ideal min(K, cores, threads).
-
-    `setup` runs in the worker before measuring (the tests use it to break fork on purpose).
-    """
+def scaling(ctx: Context) -> None:
+    """Speedup of K forked tasks over serial, against the ideal min(K, cores, threads)."""
     threads = ctx.params["interop_threads"]
     ks = list(TASKS[ctx.profile])
     (res,) = launch.launch(measure_scaling, 1, (threads, ks, 2 * ctx.min_run_time),
-                           timeout_s=300, setup=setup, label="fork_wait worker")
+                           timeout_s=300, label="fork_wait worker")
     cores = usable_cores()
     rows = []
     for k in ks:

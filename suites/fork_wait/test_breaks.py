@@ -67,10 +67,7 @@ def test_eager_serial_check_fails_when_fork_is_threaded(monkeypatch):
 @pytest.mark.distributed
 def test_scaling_check_fails_when_fork_runs_serially():
     case = cases.suite.case("scaling")
-    from harness.cases import Context
-
-    ctx = Context(device="cpu", profile="quick", params={"interop_threads": 2})
-    cases.scaling(ctx, setup=script_disabled)
-    parallel = [c for c in ctx.checks if c.name.startswith("parallel at")]
-    assert parallel and not any(c.passed for c in parallel), [c.detail for c in ctx.checks]
+    entry = execute(case, "cpu", {"interop_threads": 2}, "quick", worker_setup=script_disabled)
+    parallel = [c for c in entry["checks"] if c["name"].startswith("parallel at")]
+    assert parallel and not any(c["passed"] for c in parallel), entry["checks"]
     assert case.kind == "benchmark"

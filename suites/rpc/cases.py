@@ -21,13 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shutil
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import psutil
 import torch
 
 from harness import clean_exit as clean_exit_programs
@@ -41,6 +37,7 @@ suite = Suite(
     feature="TensorPipe RPC backend; RPC async user functions",
     status="beta",
     summary="values, errors, timeouts, async_execution; round trip vs Gloo and a TCP floor",
+    spans_hosts=True,
 )
 
 KiB, MiB = 2**10, 2**20
@@ -79,10 +76,9 @@ def size_label(nbytes: int) -> str:
     return f"{nbytes}B"
 
 
-def _launch(fn: Callable, nprocs: int, args: tuple, setup: Callable[[], None] | None,
-            timeout_s: float = 120.0, **kw: Any) -> list[Any]:
-    return launch.launch(fn, nprocs, args, timeout_s=timeout_s, setup=setup,
-                         label="rpc worker", **kw)
+def _launch(fn: Callable, nprocs: int, args: tuple, timeout_s: float = 120.0,
+            **kw: Any) -> list[Any]:
+    return launch.launch(fn, nprocs, args, timeout_s=timeout_s, label="rpc worker", **kw)
 
 
 # --- workloads: the statements the benchmarks time (paths.py) --------------------------------
@@ -106,10 +102,10 @@ for _build, _params, _devices in [
 
 
 @suite.conformance(devices=DEVICES, needs=("distributed",))
-def roundtrip(ctx: Context, setup: Callable[[], None] | None = None) -> None:
+def roundtrip(ctx: Context) -> None:
     """Tensors of 11 dtypes and odd layouts round-trip bit for bit, through a Python function
     and a builtin op."""
-    (res, _) = _launch(workers.roundtrip, 2, (GroupSpec(device=ctx.device),), setup)
+    (res, _) = _launch(workers.roundtrip, 2, (GroupSpec(device=ctx.device),))
     for r in res:
         ctx.check(f"{r['tensor']} via {r['via']}", not r["diff"], r["diff"])
 
@@ -120,10 +116,10 @@ KEEP_TYPE = ("ValueError", "TypeError")
 
 
 @suite.conformance(devices=("cpu",), needs=("distributed",))
-def remote_exception(ctx: Context, setup: Callable[[], None] | None = None) -> None:
+def remote_exception(ctx: Context) -> None:
     """A remote function's exception reaches the caller with its message, and with its type
     for ValueError and TypeError (other types: the type's name, in a RuntimeError)."""
-    (res, _) = _launch(workers.remote_exception, 2, (GroupSpec(),), setup)
+    (res, _) = _launch(workers.remote_exception, 2, (GroupSpec(),))
     rows = []
     for r in res:
         where = f"{r['kind']} via {r['how']}"
@@ -155,11 +151,11 @@ TIMEOUT_EARLY_S, TIMEOUT_SLACK_S = 0.05, 0.5
 
 
 @suite.conformance(devices=("cpu",), needs=("distributed",))
-def rpc_timeout(ctx: Context, setup: Callable[[], None] | None = None) -> None:
+def rpc_timeout(ctx: Context) -> None:
     """A slow remote call raises once its timeout (per call, or the agent's rpc_timeout)
     has passed, within the stated slack; a call shorter than its timeout completes."""
     spec = GroupSpec(rpc_timeout=TIMEOUT_DEFAULT_S)
-    (res, _) = _launch(workers.timeouts, 2, (spec, TIMEOUT_PER_CALL_S, SLOW_CALL_S), setup)
+    (res, _) = _launch(workers.timeouts, 2, (spec, TIMEOUT_PER_CALL_S, SLOW_CALL_S))
     for name, limit in (("rpc_sync timeout=", TIMEOUT_PER_CALL_S),
                         ("rpc_async timeout=", TIMEOUT_PER_CALL_S),
                         ("default rpc_timeout=", TIMEOUT_DEFAULT_S)):
@@ -179,28 +175,17 @@ def rpc_timeout(ctx: Context, setup: Callable[[], None] | None = None) -> None:
 KILL_AFTER_S = 0.5
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 @suite.conformance(devices=("cpu",), needs=("distributed", "one_host"))
-def worker_killed(ctx: Context, setup: Callable[[], None] | None = None) -> None:
+def worker_killed(ctx: Context) -> None:
     """A worker killed mid-run (SIGKILL): its caller gets an error at once instead of
     hanging, the launcher reports it in one line, and every process is reaped."""
-    pid_dir = tempfile.mkdtemp(prefix="release-bench-rpc-")
+    error: launch.LaunchError | None = None
     try:
-        error: launch.LaunchError | None = None
-        try:
-            _launch(workers.killed_peer, 2, (GroupSpec(), pid_dir, KILL_AFTER_S), setup,
-                    timeout_s=60.0, grace_s=5.0)
-        except launch.LaunchError as e:
-            error = e
-        pids = [int(p.read_text()) for p in sorted(Path(pid_dir).glob("rank*.pid"))]
-    finally:
-        shutil.rmtree(pid_dir, ignore_errors=True)
+        _launch(workers.killed_peer, 2, (GroupSpec(), KILL_AFTER_S),
+                timeout_s=60.0, grace_s=5.0)
+    except launch.LaunchError as e:
+        error = e
+    pids = sorted(error.pids.values()) if error else []
     failures = {f.rank: f for f in error.failures} if error else {}
     caller = failures.get(0)
     ctx.check("the caller's RPC raises when its peer dies (no hang)",
@@ -211,7 +196,7 @@ def worker_killed(ctx: Context, setup: Callable[[], None] | None = None) -> None
     if after:
         ctx.metric("error_after_kill", float(after.group(1)), "s", kind="latency",
                    better="lower")
-    alive = [p for p in pids if _alive(p)]
+    alive = launch.still_running(pids)
     ctx.check("every worker process is reaped", len(pids) == 2 and not alive,
               f"{len(pids)} workers started; still running: {alive}")
     if error is not None:
@@ -222,10 +207,10 @@ def worker_killed(ctx: Context, setup: Callable[[], None] | None = None) -> None
 
 
 @suite.conformance(devices=("cpu",), needs=("distributed",))
-def async_execution(ctx: Context, setup: Callable[[], None] | None = None) -> None:
+def async_execution(ctx: Context) -> None:
     """@rpc.functions.async_execution: the release notes' example returns tensor([3., 3.]);
     chained, nested and fan-out forms work; a non-Future return raises the documented error."""
-    (res, _, _) = _launch(workers.async_functions, 3, (GroupSpec(),), setup)
+    (res, _, _) = _launch(workers.async_functions, 3, (GroupSpec(),))
     one = torch.ones(2)
     expected = {
         "example rpc_sync": torch.tensor([3.0, 3.0]),
@@ -258,11 +243,11 @@ BATCH_REQUESTS, BATCH_THREADS, BATCH_TIMEOUT_S = 8, 2, 5.0
 
 
 @suite.conformance(devices=("cpu",), needs=("distributed",))
-def async_batch_no_deadlock(ctx: Context, setup: Callable[[], None] | None = None) -> None:
+def async_batch_no_deadlock(ctx: Context) -> None:
     """The tutorial's batched update with async_execution serves 8 concurrent requests on a
     server with 2 RPC threads, without deadlock, and each gets the batch's new weights."""
     args = (GroupSpec(), BATCH_THREADS, BATCH_REQUESTS, paths.BATCH_NUMEL, BATCH_TIMEOUT_S)
-    (res, _) = _launch(workers.batch_no_deadlock, 2, args, setup)
+    (res, _) = _launch(workers.batch_no_deadlock, 2, args)
     errors = [o["error"] for o in res["outcomes"] if o["error"]]
     ctx.check(f"{BATCH_REQUESTS} concurrent requests served by {res['server_threads']} RPC "
               "threads", not errors,
@@ -286,7 +271,7 @@ def _forced_spec(device: str, transport: str) -> GroupSpec:
 
 
 @suite.benchmark(devices=DEVICES, needs=("distributed",), options=("sizes", "min_samples"))
-def round_trip(ctx: Context, setup: Callable[[], None] | None = None) -> None:
+def round_trip(ctx: Context) -> None:
     """Round-trip p50/p90/p99 over a payload sweep: TensorPipe (builtin, Python, shm, uv),
     Gloo send/recv and the TCP floor, each over the floor; rpc_async in flight; bare loop.
 
@@ -301,7 +286,7 @@ def round_trip(ctx: Context, setup: Callable[[], None] | None = None) -> None:
     forced_transports = FORCED if launch.cluster() is None else ("uv",)
     main_spec = GroupSpec(device=ctx.device, gloo=True)
     (main, _) = _launch(workers.round_trip, 2, (main_spec, MAIN_PATHS, sizes, plan, IN_FLIGHT,
-                                                 ctx.min_run_time), setup, timeout)
+                                                 ctx.min_run_time), timeout)
     # One process cannot offer one peer shm and another uv (a mixed group fails with
     # "unsupported transport"), so each forced transport gets its own launch with its own
     # floor, and the two are compared through their ratios to those floors.
@@ -309,7 +294,7 @@ def round_trip(ctx: Context, setup: Callable[[], None] | None = None) -> None:
     for t in forced_transports:
         (forced[t], _) = _launch(workers.round_trip, 2, (_forced_spec(ctx.device, t),
                                                           ["tp_python", "tcp"], sizes, plan,
-                                                          IN_FLIGHT, 0.0), setup, timeout)
+                                                          IN_FLIGHT, 0.0), timeout)
     # (path key, launch result, key in that result, key of that launch's floor)
     series = [(p, main, p, "tcp") for p in MAIN_PATHS]
     for t in forced_transports:
@@ -434,7 +419,7 @@ BATCH_BENCH = {"quick": [{"requests": 8}], "full": [{"requests": r} for r in (4,
 
 
 @suite.benchmark(params=BATCH_BENCH, devices=("cpu",), needs=("distributed",))
-def batched_update(ctx: Context, setup: Callable[[], None] | None = None) -> None:
+def batched_update(ctx: Context) -> None:
     """Batched-update throughput with async_execution against the same workload without it
     (a handler that waits on its RPC thread), interleaved; and async with 2 threads."""
     n = ctx.params["requests"]
@@ -442,7 +427,7 @@ def batched_update(ctx: Context, setup: Callable[[], None] | None = None) -> Non
     # worker2 has fewer threads than requests, which only async_execution can serve.
     threads = {1: n + 2, 2: BATCH_THREADS}
     (res, _, _) = _launch(workers.batched_update, 3, (GroupSpec(), n, threads,
-                                                      ctx.min_run_time), setup)
+                                                      ctx.min_run_time))
     rate = {}
     for name, st in res.items():
         rate[name] = n / st["median"]

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import rpc
 
-from harness import launch
+from harness import launch, rpc_group
 from harness.timing import synchronize
 from suites.rpc import remote
 
@@ -51,46 +51,12 @@ class GroupSpec:
         return self.port or int(os.environ["MASTER_PORT"])
 
 
-@dataclass
-class Membership:
-    """What `joined` yields; `abandon()` makes leaving skip the graceful shutdown."""
-
-    rank: int
-    world: int
-    leave: str = "graceful"  # "graceful" | "now" | "skip"
-
-    def abandon(self, skip_shutdown: bool = False) -> None:
-        """Leave without waiting for the other workers.
-
-        `skip_shutdown` leaves without calling rpc.shutdown at all: for a worker whose RPC
-        threads are stuck (a deadlock the case detected), where even a non-graceful shutdown
-        waits for them forever. The launcher then ends the process (os._exit).
-        """
-        self.leave = "skip" if skip_shutdown else "now"
-
-
 @contextlib.contextmanager
-def joined(rank: int, world: int, spec: GroupSpec) -> Iterator[Membership]:
-    """Be `worker{rank}` of a `world`-worker RPC group (and Gloo group) inside the block.
-
-    Leaving normally is a graceful shutdown, which waits until every worker has left, so a
-    worker that only serves can simply leave at once and keep serving until the others are
-    done. Leaving by an exception shuts down at once (graceful=False): a graceful shutdown
-    would wait for peers that may be dead.
-
-    A graceful shutdown ends with TensorPipe's barrier through the rendezvous store (the
-    agent's join adds, sets and then reads counters there), so the store must outlive every
-    worker. When rank 0 hosted it, rank 0 left right after its own reads and took the store
-    with it while a slower rank 1 was still reading: "DistNetworkError: Connection reset by
-    peer" under load. The launcher (or `LocalPeer`) hosts it instead, and leaves last.
-    """
-    # Launched workers are clients of the store their launcher hosts on MASTER_ADDR only
-    # (harness.launch.bound_store), so nothing here listens on every interface.
-    url = f"tcp://{os.environ.get('MASTER_ADDR', launch.LOOPBACK)}:{spec.rendezvous_port()}"
-    if spec.gloo:
-        dist.init_process_group("gloo", init_method=url, rank=rank, world_size=world)
+def joined(rank: int, world: int, spec: GroupSpec) -> Iterator[rpc_group.Membership]:
+    """Be `worker{rank}` of a `world`-worker RPC group (and Gloo group) inside the block
+    (`harness.rpc_group.joined`, which says how leaving works)."""
     opts = rpc.TensorPipeRpcBackendOptions(
-        init_method=url,
+        init_method=rpc_group.rendezvous_url(spec.port),
         num_worker_threads=spec.num_worker_threads,
         rpc_timeout=spec.rpc_timeout,
         _transports=list(spec.transports) if spec.transports else None,
@@ -101,21 +67,9 @@ def joined(rank: int, world: int, spec: GroupSpec) -> Iterator[Membership]:
         for other in range(world):
             if other != rank:
                 opts.set_device_map(worker_name(other), {0: 0})
-    member = Membership(rank, world)
-    try:
-        rpc.init_rpc(worker_name(rank), rank=rank, world_size=world, rpc_backend_options=opts)
-        try:
-            yield member
-        except BaseException:
-            rpc.shutdown(graceful=False)
-            raise
-        if member.leave == "graceful":
-            rpc.shutdown()
-        elif member.leave == "now":
-            rpc.shutdown(graceful=False)
-    finally:
-        if spec.gloo and dist.is_initialized():
-            dist.destroy_process_group()
+    gloo_timeout = dist.default_pg_timeout if spec.gloo else None
+    with rpc_group.joined(rank, world, worker_name(rank), opts, gloo_timeout) as member:
+        yield member
 
 
 # --- client-side paths (the statements the benchmarks time) --------------------------------

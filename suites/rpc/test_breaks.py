@@ -8,8 +8,6 @@ remote_async.py). The same cases pass unbroken in test_rpc.py.
 from __future__ import annotations
 
 import functools
-import os
-import signal
 import time
 from collections.abc import Callable
 
@@ -18,7 +16,7 @@ import torch
 from torch.distributed import rpc
 
 from harness import launch
-from harness.cases import Context
+from harness.runner import execute
 from suites.rpc import cases
 
 pytestmark = pytest.mark.distributed
@@ -118,14 +116,13 @@ def async_execution_blocking() -> None:
     rpc.functions.async_execution = blocking
 
 
-def _broken(case_name: str, setup) -> Context:
-    ctx = Context(device="cpu", profile="quick", params={})
-    getattr(cases, case_name)(ctx, setup=setup)
-    return ctx
+def _broken(case_name: str, setup) -> dict:
+    """The case's result entry, `setup` having run in each of its workers."""
+    return execute(cases.suite.case(case_name), "cpu", {}, "quick", worker_setup=setup)
 
 
-def _failed(ctx: Context) -> set[str]:
-    return {c.name for c in ctx.checks if not c.passed}
+def _failed(entry: dict) -> set[str]:
+    return {c["name"] for c in entry["checks"] if not c["passed"]}
 
 
 # Breaks under which every check of the case fails.
@@ -138,30 +135,27 @@ def _failed(ctx: Context) -> set[str]:
 ], ids=["lossy-transport", "exceptions-lost", "timeouts-fire-early", "async-ignored",
         "handlers-block-threads"])
 def test_every_check_fails_under_its_break(case, breaks):
-    ctx = _broken(case, breaks)
-    assert ctx.checks and _failed(ctx) == {c.name for c in ctx.checks}
+    entry = _broken(case, breaks)
+    assert entry["checks"] and _failed(entry) == {c["name"] for c in entry["checks"]}
 
 
 def test_timeout_checks_fail_when_timeouts_are_ignored():
-    ctx = _broken("rpc_timeout", timeouts_ignored)
-    assert len(ctx.checks) == 4
-    assert _failed(ctx) == {c.name for c in ctx.checks if "raises within" in c.name}
+    entry = _broken("rpc_timeout", timeouts_ignored)
+    assert len(entry["checks"]) == 4
+    assert _failed(entry) == {c["name"] for c in entry["checks"] if "raises within" in c["name"]}
 
 
 def test_peer_death_check_fails_when_rpc_hangs():
-    ctx = _broken("worker_killed", peer_death_hangs)
-    assert _failed(ctx) == {"the caller's RPC raises when its peer dies (no hang)"}
+    entry = _broken("worker_killed", peer_death_hangs)
+    assert _failed(entry) == {"the caller's RPC raises when its peer dies (no hang)"}
 
 
 def test_reaping_check_fails_when_the_launcher_does_not_reap(monkeypatch):
     monkeypatch.setattr(launch, "_reap", lambda procs: None)
-    ctx = _broken("worker_killed", peer_death_hangs)
+    entry = _broken("worker_killed", peer_death_hangs)
     try:
-        assert "every worker process is reaped" in _failed(ctx)
+        assert "every worker process is reaped" in _failed(entry)
     finally:  # the hung worker this test left running
-        for pid in ctx.details["pids"]:
-            if cases._alive(pid):
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+        launch.kill_leftovers(entry["details"]["pids"])
 
 

@@ -13,7 +13,6 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -217,10 +216,9 @@ class PeerLost(RuntimeError):
     """What the caller raises when its peer dies under it (the message says how)."""
 
 
-def killed_peer(rank: int, world: int, spec: GroupSpec, pid_dir: str, kill_after_s: float) -> None:
+def killed_peer(rank: int, world: int, spec: GroupSpec, kill_after_s: float) -> None:
     """Rank 1 kills itself (SIGKILL) `kill_after_s` after joining; rank 0 keeps calling it
     and raises PeerLost with the error its RPC gave and how long after the kill it came."""
-    Path(pid_dir, f"rank{rank}.pid").write_text(str(os.getpid()))
     with joined(rank, world, spec):
         start = time.monotonic()
         if rank == 1:

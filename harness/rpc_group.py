@@ -1,0 +1,82 @@
+"""Joining an RPC group (and a Gloo process group) from a launched worker, and leaving it.
+
+Both multi-process suites join through `joined`, which owns init and shutdown. The
+rendezvous is the store the launcher hosts at MASTER_ADDR:MASTER_PORT (bound to one address,
+`harness.launch.bound_store`), or the port a caller names; nothing here listens on every
+interface.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch.distributed as dist
+from torch.distributed import rpc
+
+from harness import launch
+
+
+@dataclass
+class Membership:
+    """What `joined` yields; `abandon()` makes leaving skip the graceful shutdown."""
+
+    rank: int
+    world: int
+    leave: str = "graceful"  # "graceful" | "now" | "skip"
+
+    def abandon(self, skip_shutdown: bool = False) -> None:
+        """Leave without waiting for the other workers.
+
+        `skip_shutdown` leaves without calling rpc.shutdown at all: for a worker whose RPC
+        threads are stuck (a deadlock the case detected), where even a non-graceful shutdown
+        waits for them forever. The launcher then ends the process (os._exit).
+        """
+        self.leave = "skip" if skip_shutdown else "now"
+
+
+def rendezvous_url(port: int = 0) -> str:
+    """The launcher's store (or the one at `port` on the same address)."""
+    host = os.environ.get("MASTER_ADDR", launch.LOOPBACK)
+    return f"tcp://{host}:{port or int(os.environ['MASTER_PORT'])}"
+
+
+@contextlib.contextmanager
+def joined(rank: int, world: int, name: str, options: rpc.TensorPipeRpcBackendOptions,
+           gloo_timeout: timedelta | None = None) -> Iterator[Membership]:
+    """Be RPC worker `name` (rank `rank` of `world`) inside the block; with `gloo_timeout`,
+    also a member of a Gloo process group over the same rendezvous.
+
+    Leaving normally is a graceful shutdown, which waits until every worker has left, so a
+    worker that only serves can simply leave at once and keep serving until the others are
+    done. Leaving by an exception shuts down at once (graceful=False): a graceful shutdown
+    would wait for peers that may be dead.
+
+    A graceful shutdown ends with TensorPipe's barrier through the rendezvous store (the
+    agent's join adds, sets and then reads counters there), so the store must outlive every
+    worker. When rank 0 hosted it, rank 0 left right after its own reads and took the store
+    with it while a slower rank 1 was still reading: "DistNetworkError: Connection reset by
+    peer" under load. The launcher (or the process that started a local peer) hosts it
+    instead, and leaves last.
+    """
+    if gloo_timeout is not None:
+        dist.init_process_group("gloo", init_method=options.init_method, rank=rank,
+                                world_size=world, timeout=gloo_timeout)
+    member = Membership(rank, world)
+    try:
+        rpc.init_rpc(name, rank=rank, world_size=world, rpc_backend_options=options)
+        try:
+            yield member
+        except BaseException:
+            rpc.shutdown(graceful=False)
+            raise
+        if member.leave == "graceful":
+            rpc.shutdown()
+        elif member.leave == "now":
+            rpc.shutdown(graceful=False)
+    finally:
+        if gloo_timeout is not None and dist.is_initialized():
+            dist.destroy_process_group()
