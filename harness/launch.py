@@ -66,13 +66,10 @@ class WorkerFailure:
 
 
 class LaunchError(RuntimeError):
-    """Workers failed; str() is one line naming the first failure. `pids` maps each rank
-    started on this machine to its process id, for checks that every one is gone."""
+    """Workers failed; str() is one line naming the first failure."""
 
-    def __init__(self, failures: list[WorkerFailure], label: str = "worker",
-                 pids: dict[int, int] | None = None):
+    def __init__(self, failures: list[WorkerFailure], label: str = "worker"):
         self.failures = failures
-        self.pids = pids or {}
         first = failures[0]
         if first.kind == "timeout":
             ranks = ", ".join(str(f.rank) for f in failures if f.kind == "timeout")
@@ -414,6 +411,7 @@ def launch(
     host: str = LOOPBACK,
     label: str = "worker",
     store_port: int | None = None,
+    started: dict[int, int] | None = None,
 ) -> list[Any]:
     """Run `fn(rank, nprocs, *args)` in `nprocs` spawned processes; return values by rank.
 
@@ -422,14 +420,16 @@ def launch(
     default, the one `workers_set_up_by` sets).
     The workers rendezvous through a store this call hosts on `host`, or through the one the
     caller already hosts there at `store_port` (`bound_store`). In a run across hosts the
-    ranks are spread over them (`harness.nodes`).
+    ranks are spread over them (`harness.nodes`). `started`, when given, receives the pid of
+    each worker of this machine as soon as it starts (for checks that every one is reaped).
     """
     if nprocs < 1:
         raise ValueError("nprocs must be at least 1")
     setup = setup or _worker_setup
     if _cluster is not None:
         return _cluster.launch(fn, nprocs, args, timeout_s=timeout_s, grace_s=grace_s,
-                               setup=setup, env=env, label=label, store_port=store_port)
+                               setup=setup, env=env, label=label, store_port=store_port,
+                               started=started)
     if store_port is None:
         store, store_port = bound_store(host, timeout_s=timeout_s)
     else:
@@ -444,12 +444,14 @@ def launch(
     local = LocalRanks(fn, range(nprocs), nprocs, args, worker_env, setup, label)
     try:
         local.start()
+        if started is not None:
+            started.update(local.pids())
         results, failures = gather(local, timeout_s, grace_s)
     finally:
         local.close()
         del store  # closes its listener
     if failures:
-        raise LaunchError(failures, label, local.pids())
+        raise LaunchError(failures, label)
     return [results[r] for r in range(nprocs)]
 
 

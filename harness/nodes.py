@@ -167,7 +167,8 @@ class Cluster:
 
     def launch(self, fn: Callable[..., Any], nprocs: int, args: Sequence[Any], *,
                timeout_s: float, grace_s: float, setup: Callable[[], None] | None,
-               env: dict[str, str] | None, label: str, store_port: int | None) -> list[Any]:
+               env: dict[str, str] | None, label: str, store_port: int | None,
+               started: dict[int, int] | None = None) -> list[Any]:
         """`harness.launch.launch` across the hosts: this host's ranks start here, the others'
         on their hosts; one `LaunchError` names the first failure and where it happened."""
         store = None
@@ -195,6 +196,8 @@ class Cluster:
                                    **self.me.worker_env()}, setup, label)
         try:
             local.start()
+            if started is not None:
+                started.update(local.pids())
             results, failures = launch.gather(local, timeout_s + REPORT_MARGIN_S, grace_s,
                                               others=remote.poll, others_pending=remote.pending,
                                               poll_s=POLL_S)
@@ -215,7 +218,7 @@ class Cluster:
         self.placements.append({str(r): self.nodes[k].label
                                 for k, ranks in where.items() for r in ranks})
         if failures:
-            raise launch.LaunchError(failures, label, local.pids())
+            raise launch.LaunchError(failures, label)
         return [results[r] for r in range(nprocs)]
 
     def take_placements(self) -> list[dict[str, str]]:

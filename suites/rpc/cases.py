@@ -180,12 +180,13 @@ def worker_killed(ctx: Context) -> None:
     """A worker killed mid-run (SIGKILL): its caller gets an error at once instead of
     hanging, the launcher reports it in one line, and every process is reaped."""
     error: launch.LaunchError | None = None
+    started: dict[int, int] = {}
     try:
         _launch(workers.killed_peer, 2, (GroupSpec(), KILL_AFTER_S),
-                timeout_s=60.0, grace_s=5.0)
+                timeout_s=60.0, grace_s=5.0, started=started)
     except launch.LaunchError as e:
         error = e
-    pids = sorted(error.pids.values()) if error else []
+    pids = sorted(started.values())
     failures = {f.rank: f for f in error.failures} if error else {}
     caller = failures.get(0)
     ctx.check("the caller's RPC raises when its peer dies (no hang)",
