@@ -303,10 +303,10 @@ class LocalRanks:
                 ended.append((rank, *_collect(p, rank, self.workdir)))
         return ended
 
-    def unfinished(self, why: str, timeout_s: float) -> list[WorkerFailure]:
-        """A failure for each worker still running: "stopped" after a peer failed, else a
+    def unfinished(self, stopped: bool, timeout_s: float) -> list[WorkerFailure]:
+        """A failure for each worker still running: stopped (after a peer failed), else a
         timeout."""
-        if why == "stopped":
+        if stopped:
             return [WorkerFailure(r, "stopped", "stopped after a peer failed", "",
                                   _log_tail(self.workdir, r)) for r in sorted(self.pending)]
         return [WorkerFailure(r, "timeout", f"no result after {timeout_s:g} s", "",
@@ -321,14 +321,14 @@ class LocalRanks:
 
 
 def gather(local: LocalRanks, timeout_s: float, grace_s: float,
-           others: Callable[[float], list[tuple[int, bool, Any]]] | None = None,
+           others: Callable[[], list[tuple[int, bool, Any]]] | None = None,
            others_pending: Callable[[], bool] = lambda: False,
            stop_requested: Callable[[], bool] = lambda: False,
            poll_s: float | None = None,
            ) -> tuple[dict[int, Any], list[WorkerFailure]]:
     """Wait for the workers' outcomes: (values by rank, failures in the order they matter).
 
-    `others(timeout)` polls ranks that run elsewhere (on other hosts) while `others_pending()`;
+    `others()` polls ranks that run elsewhere (on other hosts) while `others_pending()`;
     `stop_requested()` ends the wait early, as a peer's failure does; both are looked at every
     `poll_s` seconds. The first failure gives the rest `grace_s` to finish or fail on their
     own.
@@ -346,9 +346,13 @@ def gather(local: LocalRanks, timeout_s: float, grace_s: float,
             break
         step = remaining if poll_s is None else min(remaining, poll_s)
         batch = []
-        ended = local.wait(step) if local.pending else (time.sleep(step) or [])
+        if local.pending:
+            ended = local.wait(step)
+        else:  # only ranks elsewhere are left: look again in `step`
+            time.sleep(step)
+            ended = []
         if others is not None:
-            ended += others(0.0)
+            ended += others()
         for rank, ok, value in ended:
             if ok:
                 results[rank] = value
@@ -358,8 +362,7 @@ def gather(local: LocalRanks, timeout_s: float, grace_s: float,
             deadline = min(deadline, time.monotonic() + grace_s)
         # Of failures seen together, a death comes before the exceptions it caused.
         failures.extend(sorted(batch, key=lambda f: f.kind != "exit"))
-    failures.extend(local.unfinished("stopped" if failures or stopped else "timeout",
-                                     timeout_s))
+    failures.extend(local.unfinished(bool(failures) or stopped, timeout_s))
     return results, failures
 
 

@@ -183,7 +183,7 @@ class Cluster:
                                       for k in gone for r in where[k]], label)
         self.launches += 1
         stop_key = f"launch/{self.launches}/stop"
-        remote = _RemoteShare(self, where, stop_key)
+        remote = _RemoteShare(self)
         for k, ranks in where.items():
             if k != self.me.rank:
                 remote.post(k, {"fn": fn, "ranks": ranks, "world": nprocs, "args": tuple(args),
@@ -205,7 +205,7 @@ class Cluster:
                 self.store.set(stop_key, b"1")
                 end = time.monotonic() + grace_s + REPORT_MARGIN_S
                 while remote.pending() and time.monotonic() < end:
-                    for rank, ok, value in remote.poll(0.0):
+                    for rank, ok, value in remote.poll():
                         if ok:
                             results[rank] = value
                         else:
@@ -283,8 +283,8 @@ class Cluster:
 class _RemoteShare:
     """The ranks of one launch that run on other hosts, seen from node 0."""
 
-    def __init__(self, cluster: Cluster, where: dict[int, list[int]], stop_key: str):
-        self.cluster, self.stop_key = cluster, stop_key
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
         self.waiting: dict[int, tuple[str, list[int]]] = {}  # node: (report key, ranks)
 
     def post(self, k: int, job: dict[str, Any]) -> None:
@@ -297,7 +297,7 @@ class _RemoteShare:
     def pending(self) -> bool:
         return bool(self.waiting)
 
-    def poll(self, _timeout: float) -> list[tuple[int, bool, Any]]:
+    def poll(self) -> list[tuple[int, bool, Any]]:
         out = []
         for k, (key, ranks) in list(self.waiting.items()):
             if not self.cluster.store.check([key]):
@@ -546,14 +546,15 @@ def _wait_torchrun(proc: subprocess.Popen, store: dist.TCPStore | None,
     Node 0's agent says there when it has finished; torchrun then gets FINISH_GRACE_S to exit
     (its exit barrier waits for a lost host too) before it is stopped.
     """
+    shared = _wrappers(store) if store is not None else None
     finished: tuple[float, int] | None = None
     while True:
         try:
             code = proc.wait(0.5)
         except subprocess.TimeoutExpired:
             code = None
-        if store is not None and finished is None and _wrappers(store).check(["finished"]):
-            finished = (time.monotonic(), int(_wrappers(store).get("finished")))
+        if shared is not None and finished is None and shared.check(["finished"]):
+            finished = (time.monotonic(), int(shared.get("finished")))
         if code is not None:
             return code, finished[1] if finished else None
         if finished is not None and time.monotonic() - finished[0] > FINISH_GRACE_S:
