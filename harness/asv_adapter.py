@@ -1,61 +1,218 @@
-"""Helpers for the suites' asv modules (`suites/<feature>/asv_bench.py`).
+"""The suites' asv views (`suites/<feature>/asv_bench.py`) are built on two base classes here,
+so that what asv tracks is what the suites define and cannot drift from it:
 
-asv times `time_*` methods with its own clock, which does not wait for the GPU, so CUDA
-benchmarks end their body with `synchronize(device)`. Figures that are not a time of one
-statement (speedups, peak bytes, latency percentiles, energy) come from the suite's benchmark
-case itself, run once per asv process in `setup_cache`, and are reported by `track_*`
-methods with a `unit`: asv tracks them across commits like any timing.
+- `WorkloadTime` times one workload. Its asv `params` are the workload's quick-profile
+  parameter sets on each device, so asv times exactly the statements the CLI and
+  pytest-benchmark time. asv's clock does not wait for the GPU: `run()` synchronises.
+- `CaseFigures` reports figures of one benchmark case (speedups, peak bytes, latency
+  percentiles) through `track_*` methods. The case runs once per asv run, in `setup_cache`,
+  exactly as `release-bench run` would run it (telemetry included), for every quick-profile
+  parameter set on every device here. Its `params` are the device, the case's parameters that
+  vary between those sets, and the metric labels the class declares (`labels`).
+
+Both take a `device` axis of the devices here: asv's params are a product, it starts a process
+for every combination, and combinations of a device this machine lacks would each cost one
+(they have no results to track on this machine anyway). A combination that cannot run (a
+parameter set the workload or case does not define on that device) raises `NotAvailable` in
+`setup`, which asv reports as n/a: the one way a view skips. Units are the records' own
+("s", "B", "x", "%").
+
+Names and attributes asv reads (`params`, `param_names`, `unit`, `timeout`) are plain class
+attributes, filled in by `__init_subclass__`. Suites import this module, not its classes, so
+that asv does not take the bases for benchmarks.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from harness import machine, records, registry, runner
-from harness.cases import Params, metric_id
+from harness.cases import Case, Params, Workload, metric_id, param_id
 from harness.timing import synchronize
 
-__all__ = ["synchronize", "run_case", "metric_value", "telemetry_value", "skip_without",
-           "register_machine"]
+# asv tracks the quick grid: the one `make asv` gets through in minutes on a small machine
+PROFILE = "quick"
 
 
 class NotAvailable(NotImplementedError):
     """asv reports a benchmark that raises NotImplementedError in setup as skipped (n/a)."""
 
 
+def available(device: str) -> bool:
+    return device != "cuda" or torch.cuda.is_available()
+
+
 def skip_without(device: str) -> None:
-    if device == "cuda" and not torch.cuda.is_available():
-        raise NotAvailable("CUDA is not available")
+    if not available(device):
+        raise NotAvailable(f"{device} is not available here")
 
 
-def run_case(suite: str, case: str, params: Params, device: str = "cpu",
-             profile: str = "quick") -> dict[str, Any]:
-    """Run one benchmark case exactly as `release-bench run` would (telemetry included);
-    return its entry."""
+def _definition(ident: str, kind: str) -> Case | Workload:
+    """The case or workload named "suite/name"."""
+    suite_name, name = ident.split("/")
+    suite = registry.load(suite_name)
+    found = suite.cases if kind == "case" else suite.workloads
+    for d in found:
+        if d.name == name:
+            return d
+    raise KeyError(f"{suite_name} has no {kind} {name!r}")
+
+
+def devices_here(devices: Sequence[str]) -> list[str]:
+    """The devices of `devices` this machine has; all of them when it has none, since asv
+    needs a combination to report the class as n/a rather than fail."""
+    return [d for d in devices if available(d)] or list(devices)
+
+
+def _axes(sets_by_device: dict[str, list[Params]], varying_only: bool) -> dict[str, list]:
+    """One axis per parameter: its values over every device's sets, in order of appearance;
+    with `varying_only`, only the parameters that take more than one value."""
+    axes: dict[str, list] = {}
+    for sets in sets_by_device.values():
+        for p in sets:
+            for k, v in p.items():
+                values = axes.setdefault(k, [])
+                if v not in values:
+                    values.append(v)
+    return {k: v for k, v in axes.items() if len(v) > 1 or not varying_only}
+
+
+def workload_axes(workload: str) -> dict[str, list]:
+    """Each parameter of a workload ("suite/name") with every value its quick sets take on
+    any device: label axes for a case that measures the same grid (the GEMM ladder)."""
+    w = _definition(workload, "workload")
+    return _axes({d: w.param_sets(PROFILE, d) for d in devices_here(w.devices)},
+                 varying_only=False)
+
+
+class WorkloadTime:
+    """Base of an asv class that times one workload ("suite/name") over its quick grid.
+    Subclasses set `workload` and define one-line `time_*` methods that call `self.run()`."""
+
+    workload: ClassVar[str] = ""
+    devices: ClassVar[tuple[str, ...]] = ()  # fewer devices than the workload's, if given
+    warmup_calls: ClassVar[int] = 3  # oneDNN picks kernels, cuDNN autotunes, GradScaler settles
+    timeout: ClassVar[float] = 300
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if cls.__dict__.get("workload"):
+            w = _definition(cls.workload, "workload")
+            axes = workload_axes(cls.workload)
+            cls.params = [devices_here(cls.devices or w.devices), *axes.values()]
+            cls.param_names = ["device", *axes]
+
+    def setup(self, device: str, *values: Any) -> None:
+        skip_without(device)
+        w = _definition(self.workload, "workload")
+        params = dict(zip(self.param_names[1:], values, strict=True))
+        if params not in w.param_sets(PROFILE, device):
+            raise NotAvailable(f"{self.workload} has no {param_id(params)} on {device}")
+        self.device = device
+        self.statement = w.build(device, **params)
+        for _ in range(self.warmup_calls):
+            self.run()
+
+    def run(self) -> None:
+        self.statement()
+        synchronize(self.device)
+
+
+class CaseFigures:
+    """Base of an asv class whose `track_*` methods report figures of one case ("suite/name").
+
+    asv keys its cache by the source line of `setup_cache`, so each subclass defines it as
+    `def setup_cache(self): return self.run_case()`, and classes reading the same case share
+    that function (`setup_cache = OtherClass.setup_cache`): no case runs twice in one asv run.
+    """
+
+    case: ClassVar[str] = ""
+    # metric-label axes from the suite's definitions: values, or values by device
+    labels: ClassVar[dict[str, Sequence[Any] | Mapping[str, Sequence[Any]]]] = {}
+    devices: ClassVar[tuple[str, ...]] = ()  # fewer devices than the case's, if given
+    timeout: ClassVar[float] = 900
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if cls.__dict__.get("case"):
+            c = _definition(cls.case, "case")
+            devices = devices_here(cls.devices or c.devices)
+            varying = _axes({d: c.param_sets(PROFILE, d) for d in devices}, varying_only=True)
+            axes = {**varying, **{k: _label_values(v, devices) for k, v in cls.labels.items()}}
+            cls.params = [devices, *axes.values()]
+            cls.param_names = ["device", *axes]
+
+    def run_case(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """Every quick parameter set of the case on every device here: entries by (device,
+        parameter id)."""
+        c = _definition(self.case, "case")
+        return {(d, param_id(p)): run_case(c, d, p)
+                for d in c.devices if available(d) for p in c.param_sets(PROFILE, d)}
+
+    def setup(self, entries: dict, device: str, *values: Any) -> None:
+        skip_without(device)
+        chosen = dict(zip(self.param_names[1:], values, strict=True))
+        c = _definition(self.case, "case")
+        for p in c.param_sets(PROFILE, device):
+            if all(chosen.get(k, v) == v for k, v in p.items()):
+                break
+        else:
+            raise NotAvailable(f"{self.case} has no parameter set for {chosen} on {device}")
+        entry = entries.get((device, param_id(p)))
+        if entry is None or entry["outcome"] not in ("pass", "fail"):
+            reason = "not run" if entry is None else f"{entry['outcome']}: {entry['reason']}"
+            raise NotAvailable(f"{self.case} on {device}: {reason}")
+        self.entry = entry
+        self.chosen_labels = {k: v for k, v in chosen.items() if k not in p}
+        if not any(_has_labels(m, self.chosen_labels) for m in entry["metrics"]):
+            raise NotAvailable(f"{self.case} recorded nothing for {self.chosen_labels} "
+                               f"on {device}")
+
+    def metric(self, name: str) -> dict[str, Any]:
+        """The record's metric `name` with this combination's labels."""
+        return find_metric(self.entry, name, **self.chosen_labels)
+
+    def value(self, name: str) -> float:
+        return self.metric(name)["value"]
+
+    def telemetry(self, key: str) -> float:
+        return telemetry_value(self.entry, key)
+
+
+def _label_values(values: Sequence[Any] | Mapping[str, Sequence[Any]],
+                  devices: Sequence[str]) -> list[Any]:
+    if not isinstance(values, Mapping):
+        return list(values)
+    return list(dict.fromkeys(v for d in devices for v in values.get(d, ())))
+
+
+def run_case(case: Case, device: str, params: Params) -> dict[str, Any]:
+    """Run one case exactly as `release-bench run` would (telemetry included); its entry."""
     from harness.telemetry import Telemetry
 
-    skip_without(device)
     tel = Telemetry()
     try:
-        entry = runner.execute(registry.load(suite).case(case), device, params, profile, tel)
+        return runner.execute(case, device, params, PROFILE, tel)
     finally:
         tel.close()
-    if entry["outcome"] not in ("pass", "fail"):
-        raise NotAvailable(f"{suite}/{case}: {entry['outcome']}: {entry['reason']}")
-    return entry
 
 
-def metric_value(entry: dict[str, Any], name: str, **labels: Any) -> float:
-    """The value of the metric `name` whose labels include `labels`."""
+def _has_labels(m: dict[str, Any], labels: dict[str, Any]) -> bool:
+    have = m.get("labels") or {}
+    return all(have.get(k) == v for k, v in labels.items())
+
+
+def find_metric(entry: dict[str, Any], name: str, **labels: Any) -> dict[str, Any]:
+    """The metric `name` whose labels include `labels`."""
     for m in entry["metrics"]:
-        have = m.get("labels") or {}
-        if m["name"] == name and all(have.get(k) == v for k, v in labels.items()):
-            return m["value"]
+        if m["name"] == name and _has_labels(m, labels):
+            return m
     raise KeyError(f"{entry['suite']}/{entry['case']} recorded no metric "
                    f"{metric_id(name, labels)!r}")
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,16 @@ def sig(value: Any, digits: int = SIGNIFICANT) -> Any:
 
 def metrics(entry: dict, name: str) -> list[dict]:
     return [m for m in entry["metrics"] if m["name"] == name and m.get("value") is not None]
+
+
+def runs_of(entries: list[dict], case: str, name: str) -> list[dict]:
+    """The entries of case `case` that recorded the metric `name`."""
+    return [e for e in entries if e["case"] == case and metrics(e, name)]
+
+
+def label_values(entry: dict, name: str, label: str) -> list[Any]:
+    """The distinct values of label `label` over the entry's metrics called `name`, sorted."""
+    return sorted({(m.get("labels") or {}).get(label) for m in metrics(entry, name)} - {None})
 
 
 def value(entry: dict, name: str) -> float | None:
@@ -118,6 +129,23 @@ def with_interval(metric: dict | None, scale: float = 1.0) -> str:
     if ci := interval(metric):
         text += f" [{sig(ci[0] * scale)}, {sig(ci[1] * scale)}]"
     return text
+
+
+def line(ax: Any, entry: dict, name: str, x: str, *, scale: float = 1.0,
+         fixed: dict[str, Any] | None = None, **style: Any) -> None:
+    """Draw the metrics called `name` against their numeric label `x` (the other labels as in
+    `fixed`), times `scale`, with their intervals as error bars."""
+    by_x = {float(k): m for k, m in by_label(entry, name, x, **(fixed or {})).items()}
+    xs = sorted(by_x)
+    ax.errorbar(xs, [by_x[k]["value"] * scale for k in xs],
+                yerr=error_bars([by_x[k] for k in xs], scale=scale), **style)
+
+
+def lines(ax: Any, entry: dict, name: str, x: str, by: str,
+          style: Callable[[Any], dict[str, Any]], scale: float = 1.0) -> None:
+    """One `line` per value of label `by`, styled by `style(value)`."""
+    for v in label_values(entry, name, by):
+        line(ax, entry, name, x, scale=scale, fixed={by: v}, **style(v))
 
 
 def subplots(*args: Any, **kw: Any) -> tuple[Any, Any]:

@@ -170,32 +170,10 @@ def execute(
     sampled = telemetry is not None and case.sampled
     sampler = telemetry.sampler() if sampled else nullcontext()
     t0 = time.perf_counter()
-    outcome, reason = "pass", ""
     stderr_lines: list[str] = []
     with _native_stderr(stderr_lines), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        try:
-            if device == "cuda" and not torch.cuda.is_available():
-                raise Skip("CUDA is not available on this machine")
-            torch.manual_seed(0)
-            with sampler, launch.workers_set_up_by(worker_setup):
-                case.func(ctx)
-            if any(not c.passed for c in ctx.checks):
-                outcome, reason = "fail", _failed_checks_reason(ctx)
-                if case.known_issue:
-                    ctx.note(f"known upstream issue: {case.known_issue}")
-            elif case.kind == "conformance" and not ctx.checks:
-                outcome, reason = "error", "conformance case recorded no checks"
-            elif case.kind == "benchmark" and not (ctx.metrics or ctx.checks):
-                outcome, reason = "error", "benchmark case recorded no metrics"
-        except Skip as e:
-            outcome, reason = "skip", str(e)
-        except LaunchError as e:
-            outcome, reason = "error", str(e)
-            ctx.details["workers"] = e.failures_json()
-        except Exception as e:
-            outcome, reason = "error", f"{type(e).__name__}: {e}".splitlines()[0]
-            ctx.details["traceback"] = traceback.format_exc()
+        outcome, reason = _run_guarded(case, ctx, sampler, worker_setup)
     stderr_note, stderr_distinct = _stderr_notes(stderr_lines)
     if stderr_distinct:
         ctx.details["stderr"] = stderr_distinct
@@ -219,6 +197,35 @@ def execute(
         # the hosts each rank ran on: the pair a figure crossed
         entry["placement"] = cluster.take_placements()
     return records.scrub_paths(entry)
+
+
+def _run_guarded(case: Case, ctx: Context, sampler, worker_setup: Callable[[], None] | None
+                 ) -> tuple[str, str]:
+    """Run the case in `ctx`: its outcome and reason. Whatever it raises becomes one, except
+    KeyboardInterrupt (Ctrl-C, or SIGTERM as Interrupted), which ends the run."""
+    try:
+        if ctx.device == "cuda" and not torch.cuda.is_available():
+            raise Skip("CUDA is not available on this machine")
+        torch.manual_seed(0)
+        with sampler, launch.workers_set_up_by(worker_setup):
+            case.func(ctx)
+    except Skip as e:
+        return "skip", str(e)
+    except LaunchError as e:
+        ctx.details["workers"] = e.failures_json()
+        return "error", str(e)
+    except Exception as e:
+        ctx.details["traceback"] = traceback.format_exc()
+        return "error", f"{type(e).__name__}: {e}".splitlines()[0]
+    if any(not c.passed for c in ctx.checks):
+        if case.known_issue:
+            ctx.note(f"known upstream issue: {case.known_issue}")
+        return "fail", _failed_checks_reason(ctx)
+    if case.kind == "conformance" and not ctx.checks:
+        return "error", "conformance case recorded no checks"
+    if case.kind == "benchmark" and not (ctx.metrics or ctx.checks):
+        return "error", "benchmark case recorded no metrics"
+    return "pass", ""
 
 
 INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)

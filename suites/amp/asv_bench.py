@@ -1,160 +1,78 @@
-"""asv view of the AMP suite: the statements the CLI times, and its ratios and peak bytes."""
+"""asv view of the AMP suite: the training step and GEMMs the CLI times, and the train_step
+and gemm_ladder cases' speedups, memory and energy."""
 
-import torch
-
-from harness.asv_adapter import (
-    metric_value,
-    run_case,
-    skip_without,
-    synchronize,
-    telemetry_value,
-)
-from suites.amp import cases
-
-MODELS = ["resnet18", "resnet50", "encoder"]
+from harness import asv_adapter as asv
+from suites.amp import training
 
 
-class TrainStepTime:
-    """One training step on CPU (quick-profile sizes), fp32 or bfloat16 autocast."""
+class TrainStepTime(asv.WorkloadTime):
+    """One training step (forward, loss, backward, SGD) in one precision mode."""
 
-    params = [MODELS, ["fp32", "bf16"]]
-    param_names = ["model", "mode"]
-    timeout = 300
+    workload = "amp/training_step"
 
-    def setup(self, model, mode):
-        self.step = cases.training_step("cpu", model, mode)
-        self.step()  # oneDNN picks its kernels on the first call
-
-    def time_train_step(self, model, mode):
-        self.step()
+    def time_train_step(self, *params):
+        self.run()
 
 
-class TrainStepTimeCUDA:
-    """One training step on CUDA: fp32 (strict), float16 with GradScaler, bfloat16."""
+class MatmulTime(asv.WorkloadTime):
+    """One n x n x n matmul per precision: the GEMM ladder's statements."""
 
-    params = [MODELS, ["fp32", "fp16", "bf16"]]
-    param_names = ["model", "mode"]
-    timeout = 300
+    workload = "amp/matmul"
 
-    def setup(self, model, mode):
-        skip_without("cuda")
-        self.step = cases.training_step("cuda", model, mode)
-        for _ in range(3):  # cuDNN autotuning, GradScaler settling its scale
-            self.step()
-        synchronize("cuda")
-
-    def time_train_step(self, model, mode):
-        self.step()
-        synchronize("cuda")
+    def time_matmul(self, *params):
+        self.run()
 
 
-class MatmulTime:
-    params = [[256, 512, 1024], ["float32", "bfloat16", "autocast-bfloat16"]]
-    param_names = ["n", "dtype"]
+class AmpTrainStep(asv.CaseFigures):
+    """Autocast against fp32 (strict FP32 on CUDA), from the suite's train_step case."""
 
-    def setup(self, n, dtype):
-        self.mm = cases.matmul("cpu", n, dtype)
-
-    def time_matmul(self, n, dtype):
-        self.mm()
-
-
-class MatmulTimeCUDA:
-    params = [[1024, 4096, 8192], ["float32", "tf32", "float16", "bfloat16", "autocast-float16"]]
-    param_names = ["n", "dtype"]
-
-    def setup(self, n, dtype):
-        skip_without("cuda")
-        self.mm = cases.matmul("cuda", n, dtype)
-        self.mm()
-        synchronize("cuda")
-
-    def time_matmul(self, n, dtype):
-        self.mm()
-        synchronize("cuda")
-
-
-class AmpTrainStep:
-    """bfloat16 autocast against fp32 on CPU, from the suite's train_step case."""
-
-    params = [MODELS]
-    param_names = ["model"]
-    timeout = 900
+    case = "amp/train_step"
+    labels = {"mode": training.AMP_MODES}
+    unit = "x"
 
     def setup_cache(self):
-        return {m: run_case("amp", "train_step", {"model": m}) for m in MODELS}
+        return self.run_case()
 
-    def track_speedup(self, entries, model):
-        return metric_value(entries[model], "speedup", mode="bf16")
+    def track_speedup(self, *params):
+        return self.value("speedup")
 
-    track_speedup.unit = "x"
+    def track_memory_ratio(self, *params):
+        return self.value("memory_ratio")
 
-    def track_memory_ratio(self, entries, model):
-        return metric_value(entries[model], "memory_ratio", mode="bf16")
+    def track_peak_bytes(self, *params):
+        return self.value("peak_bytes")
 
-    track_memory_ratio.unit = "x"
-
-    def track_peak_bytes(self, entries, model):
-        return metric_value(entries[model], "peak_bytes", mode="bf16")
-
-    track_peak_bytes.unit = "bytes"
+    track_peak_bytes.unit = "B"
 
 
-class AmpTrainStepCUDA:
-    """float16 (GradScaler) and bfloat16 autocast against strict FP32 on CUDA."""
+class AmpEnergy(asv.CaseFigures):
+    """GPU energy per timed training step and mean power over the whole train_step case (fp32
+    and the autocast modes interleaved), from NVML."""
 
-    params = [MODELS, ["fp16", "bf16"]]
-    param_names = ["model", "mode"]
-    timeout = 900
+    case = "amp/train_step"
+    devices = ("cuda",)
+    setup_cache = AmpTrainStep.setup_cache
 
-    def setup_cache(self):
-        if not torch.cuda.is_available():
-            # an empty cache, not None: asv passes a None cache to no method, so `setup`
-            # would miss an argument and fail instead of reporting n/a
-            return {}
-        return {m: run_case("amp", "train_step", {"model": m}, device="cuda") for m in MODELS}
-
-    def setup(self, entries, model, mode):
-        skip_without("cuda")
-
-    def track_speedup(self, entries, model, mode):
-        return metric_value(entries[model], "speedup", mode=mode)
-
-    track_speedup.unit = "x"
-
-    def track_memory_ratio(self, entries, model, mode):
-        return metric_value(entries[model], "memory_ratio", mode=mode)
-
-    track_memory_ratio.unit = "x"
-
-    def track_peak_bytes(self, entries, model, mode):
-        return metric_value(entries[model], "peak_bytes", mode=mode)
-
-    track_peak_bytes.unit = "bytes"
-
-    def track_energy_per_step(self, entries, model, mode):
-        """GPU energy per timed training step over the whole case (fp32 and both autocast
-        modes, interleaved), from NVML's energy counter."""
-        return telemetry_value(entries[model], "energy_per_iteration_j")
+    def track_energy_per_step(self, *params):
+        return self.telemetry("energy_per_iteration_j")
 
     track_energy_per_step.unit = "J"
 
-    def track_power_mean(self, entries, model, mode):
-        return telemetry_value(entries[model], "power_w_mean")
+    def track_power_mean(self, *params):
+        return self.telemetry("power_w_mean")
 
     track_power_mean.unit = "W"
 
 
-class GemmTflops:
-    """Achieved TFLOP/s of the CPU GEMM ladder (quick-profile sizes)."""
+class GemmTflops(asv.CaseFigures):
+    """Achieved TFLOP/s of the GEMM ladder, per size and precision."""
 
-    params = [[256, 512, 1024], ["float32", "bfloat16", "autocast-bfloat16"]]
-    param_names = ["n", "dtype"]
+    case = "amp/gemm_ladder"
+    labels = asv.workload_axes("amp/matmul")
     unit = "TFLOP/s"
-    timeout = 300
 
     def setup_cache(self):
-        return run_case("amp", "gemm_ladder", {})
+        return self.run_case()
 
-    def track_tflops(self, entry, n, dtype):
-        return metric_value(entry, "tflops", dtype=dtype, n=n)
+    def track_tflops(self, *params):
+        return self.value("tflops")

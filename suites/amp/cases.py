@@ -29,6 +29,7 @@ import torch
 from harness import clean_exit as clean_exit_programs
 from harness import launch, machine
 from harness.cases import Context, Skip, Suite, grid
+from harness.timing import Timing
 from suites.amp import gradscaler, memory, oplists, training
 from suites.amp.training import AMP_MODES, MODELS, CudaSettings, restored_backend_flags
 
@@ -76,8 +77,11 @@ LOW_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 # ---- workloads: the statements the benchmarks, pytest-benchmark and asv time ---------------
 
-@suite.workload(params={"quick": [{"model": "resnet18", "mode": m} for m in ("fp32", "bf16")],
-                        "full": grid(model=list(MODELS), mode=["fp32", "bf16", "fp16"])})
+# quick: resnet18 only; every precision mode of each device
+@suite.workload(params={profile if kind == "cpu" else f"{profile}:{kind}":
+                        grid(model=["resnet18"] if profile == "quick" else list(MODELS),
+                             mode=["fp32", *training.AMP_MODES[kind]])
+                        for kind in training.AMP_MODES for profile in ("quick", "full")})
 def training_step(device: str, model: str, mode: str, batch: int | None = None,
                   side: int | None = None, tf32: bool = False, channels_last: bool = False,
                   cudnn_benchmark: bool = True) -> training.TrainStep:
@@ -89,8 +93,10 @@ def training_step(device: str, model: str, mode: str, batch: int | None = None,
                               side or default_side, settings)
 
 
-@suite.workload(params={"quick": [{"n": 512, "dtype": d} for d in ("float32", "bfloat16")],
-                        "full": grid(n=[512, 1024, 2048], dtype=["float32", "bfloat16"])})
+# the GEMM ladder's grid, "quick" and "full" on the CPU, "quick:cuda" and "full:cuda" on CUDA
+@suite.workload(params={profile if kind == "cpu" else f"{profile}:{kind}":
+                        grid(n=list(GEMM_SIZES[(kind, profile)]), dtype=list(GEMM_DTYPES[kind]))
+                        for kind, profile in GEMM_SIZES})
 def matmul(device: str, n: int, dtype: str):
     """One n x n x n matmul: float32, tf32 (CUDA), float16, bfloat16, or autocast-<dtype>
     (float32 inputs under autocast, casts included)."""
@@ -277,22 +283,7 @@ def train_step(ctx: Context) -> None:
         # one figure per run (peak bytes are deterministic to within allocator noise)
         ctx.metric("memory_ratio", mem[m].peak / mem["fp32"].peak, "x", kind="ratio",
                    better="lower", headline=True, labels={"mode": m})
-    rows = []
-    for m in modes:
-        tm = t[m]
-        ctx.metric("throughput", batch / tm.median, "samples/s", kind="throughput",
-                   better="higher", labels={"mode": m}, samples=[batch / x for x in tm.times])
-        ctx.metric("peak_bytes", mem[m].peak, "B", kind="bytes", better="lower",
-                   labels={"mode": m})
-        ctx.metric("transient_bytes", mem[m].transient, "B", kind="bytes", better="lower",
-                   labels={"mode": m})
-        row = {"mode": m, "step_ms": tm.median * 1e3, "iqr_ms": tm.iqr * 1e3,
-               "samples_per_s": batch / tm.median, "speedup": t["fp32"].median / tm.median,
-               "peak_MiB": mem[m].peak / 2**20, "transient_MiB": mem[m].transient / 2**20,
-               "memory_ratio": mem[m].peak / mem["fp32"].peak}
-        if kind == "cpu":
-            row["cpu_bf16_units"] = _cpu_bf16_units()
-        rows.append(row)
+    rows = [_mode_figures(ctx, m, batch, t[m], t["fp32"], mem[m], mem["fp32"]) for m in modes]
     ctx.table("train_step", rows, show=True)
     ctx.details.update(model=model, batch=batch, side=side, optimizer="SGD momentum 0.9",
                        memory={m: mem[m].to_json() for m in modes},
@@ -300,20 +291,45 @@ def train_step(ctx: Context) -> None:
                        if kind == "cuda" else "CPU: profiler allocation events in time order"
                        " (suites/amp/memory.py)")
     if kind == "cuda":
-        ctx.details["cuda_settings"] = settings.record()
-        ctx.note(f"speedups are against {settings.record()['baseline']} "
-                 f"(tf32={settings.tf32}, channels_last={settings.channels_last}, "
-                 f"cudnn.benchmark={settings.cudnn_benchmark}, batch {batch})")
-        for m, before in scale_before.items():
-            after = steps[m].scaler.get_scale()
-            ctx.details[f"grad_scale[{m}]"] = {"before": before, "after": after}
-            if after < before:  # each halving is a step whose optimizer work was skipped
-                ctx.note(f"{m}: GradScaler's scale fell from {before:g} to {after:g} over "
-                         f"warm-up and timing: at least {round(math.log2(before / after))} "
-                         f"steps skipped optimizer.step()")
+        _cuda_step_notes(ctx, settings, batch, steps, scale_before)
     else:
         ctx.details.update(_cpu_details(), channels_last=settings.channels_last)
         ctx.note(_cpu_flags_note(f"{model} training step", rows[1]["speedup"]))
+
+
+def _mode_figures(ctx: Context, mode: str, batch: int, t: Timing, t_fp32: Timing,
+                  mem: memory.StepMemory, mem_fp32: memory.StepMemory) -> dict[str, Any]:
+    """Record one precision mode's throughput and memory; return its train_step row."""
+    labels = {"mode": mode}
+    ctx.metric("throughput", batch / t.median, "samples/s", kind="throughput",
+               better="higher", labels=labels, samples=[batch / x for x in t.times])
+    ctx.metric("peak_bytes", mem.peak, "B", kind="bytes", better="lower", labels=labels)
+    ctx.metric("transient_bytes", mem.transient, "B", kind="bytes", better="lower",
+               labels=labels)
+    row = {"mode": mode, "step_ms": t.median * 1e3, "iqr_ms": t.iqr * 1e3,
+           "samples_per_s": batch / t.median, "speedup": t_fp32.median / t.median,
+           "peak_MiB": mem.peak / 2**20, "transient_MiB": mem.transient / 2**20,
+           "memory_ratio": mem.peak / mem_fp32.peak}
+    if training.device_type(ctx.device) == "cpu":
+        row["cpu_bf16_units"] = _cpu_bf16_units()
+    return row
+
+
+def _cuda_step_notes(ctx: Context, settings: CudaSettings, batch: int,
+                     steps: dict[str, training.TrainStep], scale_before: dict[str, float]
+                     ) -> None:
+    """The CUDA baseline's settings, and how far GradScaler's scale fell (skipped steps)."""
+    ctx.details["cuda_settings"] = settings.record()
+    ctx.note(f"speedups are against {settings.record()['baseline']} "
+             f"(tf32={settings.tf32}, channels_last={settings.channels_last}, "
+             f"cudnn.benchmark={settings.cudnn_benchmark}, batch {batch})")
+    for m, before in scale_before.items():
+        after = steps[m].scaler.get_scale()
+        ctx.details[f"grad_scale[{m}]"] = {"before": before, "after": after}
+        if after < before:  # each halving is a step whose optimizer work was skipped
+            ctx.note(f"{m}: GradScaler's scale fell from {before:g} to {after:g} over "
+                     f"warm-up and timing: at least {round(math.log2(before / after))} "
+                     f"steps skipped optimizer.step()")
 
 
 @suite.benchmark(params=[{}])

@@ -8,8 +8,9 @@ from harness.figures import (
     by_label,
     error_bars,
     interval,
-    metrics,
+    lines,
     plot,
+    runs_of,
     subplots,
 )
 from suites.amp.cases import suite
@@ -54,19 +55,14 @@ def train_step(entries: list[dict]) -> Figure | None:
 @suite.figure
 def gemm_ladder(entries: list[dict]) -> Figure | None:
     """Matmul TFLOP/s against size, one line per dtype, with intervals."""
-    runs = [e for e in entries if e["case"] == "gemm_ladder" and metrics(e, "tflops")]
+    runs = runs_of(entries, "gemm_ladder", "tflops")
     if not runs:
         return None
     fig, ax = subplots(figsize=(5.5, 3.6))
     for e in runs:
-        dtypes = sorted({(m.get("labels") or {}).get("dtype") for m in e["metrics"]
-                         if m["name"] == "tflops"} - {None})
-        for dtype in dtypes:
-            by_n = {int(n): m for n, m in by_label(e, "tflops", "n", dtype=dtype).items()}
-            ns = sorted(by_n)
-            ax.errorbar(ns, [by_n[n]["value"] for n in ns],
-                        yerr=error_bars([by_n[n] for n in ns]), fmt="o-", capsize=3,
-                        label=f"{dtype} [{e.get('device')}]")
+        lines(ax, e, "tflops", "n", by="dtype",
+              style=lambda dtype, e=e: {"fmt": "o-", "capsize": 3,
+                                        "label": f"{dtype} [{e.get('device')}]"})
     ax.set(xscale="log", xlabel="matrix size n (n x n x n)", ylabel="TFLOP/s")
     ax.set_xscale("log", base=2)
     ax.legend(fontsize=7)

@@ -3,69 +3,53 @@ time and its phases from the suite's `step_time` case (DDP inside the hybrid mod
 
 import torch
 
-from harness.asv_adapter import metric_value, run_case, skip_without, synchronize
+from harness import asv_adapter as asv
 from suites.ddp_rpc import cases
 
 
-class LocalStepTime:
+class LocalStepTime(asv.WorkloadTime):
     """The hybrid's training step in one process (no RPC, no DDP)."""
 
-    params = [["cpu", "cuda"], [128]]
-    param_names = ["device", "batch"]
+    workload = "ddp_rpc/local_step"
 
-    def setup(self, device, batch):
-        skip_without(device)
+    def setup(self, *params):
         torch.set_num_threads(cases.threads_per_process())  # as in the hybrid's processes
-        self.step = cases.local_step(device, batch=batch)
+        super().setup(*params)
 
-    def time_local_step(self, device, batch):
-        self.step()
-        synchronize(device)
+    def time_local_step(self, *params):
+        self.run()
 
 
-class HybridStep:
+class HybridStep(asv.CaseFigures):
     """Seconds per hybrid step and per phase on trainer 1, and the step's overhead over the
-    local step, from one run of `step_time` per device."""
+    local step, from the suite's step_time case."""
 
-    params = [["cpu", "cuda"]]
-    param_names = ["device"]
+    case = "ddp_rpc/step_time"
     unit = "s"
-    timeout = 300
 
     def setup_cache(self):
-        out = {}
-        for device in self.params[0]:
-            try:
-                out[device] = run_case("ddp_rpc", "step_time", {"ddp": "inside"}, device)
-            except NotImplementedError:  # no CUDA here: that device is skipped in setup
-                out[device] = None
-        return out
+        return self.run_case()
 
-    def setup(self, entries, device):
-        skip_without(device)
-        if entries[device] is None:
-            raise NotImplementedError(f"step_time did not run on {device}")
+    def track_step(self, *params):
+        return self.value("step_time")
 
-    def track_step(self, entries, device):
-        return metric_value(entries[device], "step_time")
+    def track_forward(self, *params):
+        return self.value("forward_time")
 
-    def track_forward(self, entries, device):
-        return metric_value(entries[device], "forward_time")
+    def track_backward(self, *params):
+        return self.value("backward_time")
 
-    def track_backward(self, entries, device):
-        return metric_value(entries[device], "backward_time")
+    def track_optimizer(self, *params):
+        return self.value("optimizer_time")
 
-    def track_optimizer(self, entries, device):
-        return metric_value(entries[device], "optimizer_time")
+    def track_rpc_embedding_forward(self, *params):
+        return self.value("rpc_embedding_forward")
 
-    def track_rpc_embedding_forward(self, entries, device):
-        return metric_value(entries[device], "rpc_embedding_forward")
+    def track_allreduce_dense_grads(self, *params):
+        return self.value("allreduce_dense_grads")
 
-    def track_allreduce_dense_grads(self, entries, device):
-        return metric_value(entries[device], "allreduce_dense_grads")
-
-    def track_overhead_vs_local(self, entries, device):
+    def track_overhead_vs_local(self, *params):
         """Hybrid step time over the equivalent local step, timed interleaved in the trainers."""
-        return metric_value(entries[device], "overhead_vs_local")
+        return self.value("overhead_vs_local")
 
     track_overhead_vs_local.unit = "x"

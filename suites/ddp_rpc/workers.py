@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -261,65 +262,59 @@ def measure_task(rank: int, spec: Spec, group: dist.ProcessGroup) -> dict[str, A
     Hybrid and local blocks alternate, `rounds` times, so that noise hits both alike.
     """
     tr = build_trainer(rank, spec, group)
-    t = _trainer_index(rank)
     dev = tr.device
-    batches = [sb[t] for sb in spec.batches]
+    batches = [sb[_trainer_index(rank)] for sb in spec.batches]
     local = local_step_fn(spec.shape, spec.init, batches, spec.optim, dev, spec.loss)
     phases: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": [],
                                       "step": [], "local_step": []}
-
-    def hybrid_step(b: Batch, record: bool) -> None:
-        t0 = time.perf_counter()
-        with dist_autograd.context() as context_id:
-            loss = LOSSES[spec.loss](tr.model(b.indices, b.offsets, b.dense), b.target)
-            synchronize(dev)
-            t1 = time.perf_counter()
-            dist_autograd.backward(context_id, [loss])
-            synchronize(dev)
-            t2 = time.perf_counter()
-            tr.optimizer.step(context_id)
-            synchronize(dev)
-            t3 = time.perf_counter()
-        if record:
-            for name, v in (("forward", t1 - t0), ("backward", t2 - t1),
-                            ("optimizer", t3 - t2), ("step", t3 - t0)):
-                phases[name].append(v)
-
-    def local_step(record: bool) -> None:
-        t0 = time.perf_counter()
-        local()
-        synchronize(dev)
-        if record:
-            phases["local_step"].append(time.perf_counter() - t0)
-
     for i in range(spec.warmup):
-        hybrid_step(batches[i % len(batches)], False)
-        local_step(False)
+        _timed_hybrid_step(tr, spec, batches[i % len(batches)])
+        _timed(local, dev)
     n = 0
     for _ in range(spec.rounds):
         dist.barrier(group=group)
         for _ in range(spec.steps_per_round):
-            hybrid_step(batches[n % len(batches)], True)
+            for name, v in _timed_hybrid_step(tr, spec, batches[n % len(batches)]).items():
+                phases[name].append(v)
             n += 1
         for _ in range(spec.steps_per_round):
-            local_step(True)
+            phases["local_step"].append(_timed(local, dev))
 
+    repeats = spec.rounds * spec.steps_per_round
     b = batches[0]
-    rpc_forward = []
-    for _ in range(spec.rounds * spec.steps_per_round):
-        t0 = time.perf_counter()
-        tr.remote.forward(b.indices, b.offsets)
-        rpc_forward.append(time.perf_counter() - t0)
+    rpc_forward = [_timed(lambda: tr.remote.forward(b.indices, b.offsets), None)
+                   for _ in range(repeats)]
     flat = torch.zeros(sum(p.numel() for p in tr.dense.parameters()), device=dev)
-    allreduce = []
     dist.barrier(group=group)
-    for _ in range(spec.rounds * spec.steps_per_round):
-        t0 = time.perf_counter()
-        dist.all_reduce(flat, group=group)
-        synchronize(dev)
-        allreduce.append(time.perf_counter() - t0)
+    allreduce = [_timed(lambda: dist.all_reduce(flat, group=group), dev) for _ in range(repeats)]
     return {"phases": phases, "rpc_forward": rpc_forward, "allreduce": allreduce,
             "dense_grad_bytes": flat.numel() * flat.element_size()}
+
+
+def _timed(fn: Callable[[], object], device: torch.device | None) -> float:
+    """Seconds `fn` takes, the device's queued work included (no wait without a device)."""
+    t0 = time.perf_counter()
+    fn()
+    if device is not None:
+        synchronize(device)
+    return time.perf_counter() - t0
+
+
+def _timed_hybrid_step(tr: Trainer, spec: Spec, b: Batch) -> dict[str, float]:
+    """One hybrid step in a distributed autograd context; seconds per phase."""
+    dev = tr.device
+    t0 = time.perf_counter()
+    with dist_autograd.context() as context_id:
+        loss = LOSSES[spec.loss](tr.model(b.indices, b.offsets, b.dense), b.target)
+        synchronize(dev)
+        t1 = time.perf_counter()
+        dist_autograd.backward(context_id, [loss])
+        synchronize(dev)
+        t2 = time.perf_counter()
+        tr.optimizer.step(context_id)
+        synchronize(dev)
+        t3 = time.perf_counter()
+    return {"forward": t1 - t0, "backward": t2 - t1, "optimizer": t3 - t2, "step": t3 - t0}
 
 
 TASKS = {"train": train_task, "grads": grads_task, "measure": measure_task}

@@ -1,10 +1,11 @@
-"""asv view of the fork/wait suite: the workloads the CLI times, and its speedups."""
+"""asv view of the fork/wait suite: the workloads the CLI times, and the scaling case's
+speedups."""
 
 import time
 
 import torch
 
-from harness.asv_adapter import metric_value, run_case
+from harness import asv_adapter as asv
 from suites.fork_wait import cases
 
 # Long enough for the inter-op threads to finish winding down the last forked tasks: with it, 0 of
@@ -12,39 +13,46 @@ from suites.fork_wait import cases
 SETTLE_S = 0.2
 
 
-class ForkWaitTime:
-    params = [1, 2, 4]
-    param_names = ["tasks"]
-
-    def setup(self, tasks):
+class _OneThreadTime(asv.WorkloadTime):
+    def setup(self, *params):
         torch.set_num_threads(1)  # fork is the only parallelism, as in the suite
-        self.forked = cases.forked_tasks("cpu", tasks=tasks)
-        self.serial = cases.serial_tasks("cpu", tasks=tasks)
+        super().setup(*params)
 
-    def teardown(self, tasks):
+    def teardown(self, *params):
         # The process ends right after this. Ended while the inter-op threads still wind down
         # the last forked tasks, it aborts ("terminate called", SIGABRT: pytorch/pytorch#38228)
         # and asv drops the timing with it. Let them finish first; the fork_wait clean_exit
         # case, not this view, owns the abort.
         time.sleep(SETTLE_S)
 
-    def time_forked(self, tasks):
-        self.forked()
 
-    def time_serial(self, tasks):
-        self.serial()
+class ForkedTime(_OneThreadTime):
+    """K matmul chains forked inside one scripted function."""
+
+    workload = "fork_wait/forked_tasks"
+
+    def time_forked(self, *params):
+        self.run()
 
 
-class ForkWaitSpeedup:
-    """Speedup of forked over serial, from the suite's scaling case (2 inter-op threads)."""
+class SerialTime(_OneThreadTime):
+    """The same K chains one after another."""
 
-    params = [1, 2, 4]
-    param_names = ["tasks"]
+    workload = "fork_wait/serial_tasks"
+
+    def time_serial(self, *params):
+        self.run()
+
+
+class ForkWaitSpeedup(asv.CaseFigures):
+    """Speedup of forked over serial per task count K, from the suite's scaling case."""
+
+    case = "fork_wait/scaling"
+    labels = {"K": cases.TASKS[asv.PROFILE]}
     unit = "x"
-    timeout = 300
 
     def setup_cache(self):
-        return run_case("fork_wait", "scaling", {"interop_threads": 2})
+        return self.run_case()
 
-    def track_speedup(self, entry, tasks):
-        return metric_value(entry, "speedup", K=tasks)
+    def track_speedup(self, *params):
+        return self.value("speedup")

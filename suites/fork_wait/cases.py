@@ -43,22 +43,25 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-@suite.workload(params={"quick": [{"tasks": 2}], "full": [{"tasks": k} for k in TASKS["full"]]},
-                devices=("cpu",))
+TASK_PARAMS = {"quick": [{"tasks": 2}], "full": [{"tasks": k} for k in TASKS["full"]]}
+
+
+def _chains(program, tasks: int, size: int, steps: int):
+    fn = scripted.script(program)
+    xs, w = scripted.inputs(tasks, size)
+    return lambda: fn(xs, w, steps)
+
+
+@suite.workload(params=TASK_PARAMS, devices=("cpu",))
 def forked_tasks(device: str, tasks: int, size: int = TASK_SIZE, steps: int = TASK_STEPS):
     """K independent matmul chains, forked inside one scripted function."""
-    fn = scripted.script(scripted.forked)
-    xs, w = scripted.inputs(tasks, size)
-    return lambda: fn(xs, w, steps)
+    return _chains(scripted.forked, tasks, size, steps)
 
 
-@suite.workload(params={"quick": [{"tasks": 2}], "full": [{"tasks": k} for k in TASKS["full"]]},
-                devices=("cpu",))
+@suite.workload(params=TASK_PARAMS, devices=("cpu",))
 def serial_tasks(device: str, tasks: int, size: int = TASK_SIZE, steps: int = TASK_STEPS):
     """The same K matmul chains, one after another, in one scripted function."""
-    fn = scripted.script(scripted.serial)
-    xs, w = scripted.inputs(tasks, size)
-    return lambda: fn(xs, w, steps)
+    return _chains(scripted.serial, tasks, size, steps)
 
 
 @suite.conformance(params=clean_exit_programs.PARAMS, devices=("cpu",),

@@ -203,23 +203,7 @@ def resnet18_ops(ctx: Context) -> None:
         del out
         ops = apis.op_table(prof)
         region = apis.regions(prof, ["resnet18 forward"])["resnet18 forward"]
-        for op, e in expected.items():
-            got = ops.get(op)
-            if op == truth.OUTSIDE_OPS:  # the region's own memory, net of all ops in it
-                reported, calls = apis.self_bytes(region, device), None
-            else:
-                reported = apis.event_bytes(got, device) if got else None
-                calls = got.count if got else 0
-            rows[op][f"{api}_B"] = reported
-            rows[op][f"{api}_calls"] = calls
-            if cuda and op == "aten::batch_norm":
-                continue  # cuDNN's batch norm may keep a reserve buffer the model omits
-            lo, hi = e.bounds(device)
-            same_calls = e.calls is None or calls == e.calls
-            ctx.check(f"{api}: {op} equals analytic",
-                      reported is not None and lo <= reported <= hi and same_calls,
-                      f"reported {reported} B in {calls} calls, analytic "
-                      + (f"{lo} B" if lo == hi else f"{lo}..{hi} B") + f" in {e.calls} calls")
+        _check_each_op(ctx, api, expected, ops, region, rows)
         total[f"{api}_B"] = apis.event_bytes(region, device)
         if cuda:
             ctx.check(f"{api}: forward total equals the allocator's delta",
@@ -236,15 +220,46 @@ def resnet18_ops(ctx: Context) -> None:
             row[api] = (f"{fmt_memory(apis.event_bytes(got, device))} "
                         f"({fmt_memory(apis.self_bytes(got, device))} self, {got.count} calls)"
                         if got else "not recorded")
-    table = list(rows.values()) + [total]
+    ctx.table("per_op", _with_error_column(list(rows.values()) + [total]), show=True)
+    if not cuda:  # the release notes' table is of a CPU run
+        ctx.table("release_notes", list(notes_rows.values()), show=True)
+    _resnet18_notes(ctx, cuda)
+
+
+def _check_each_op(ctx: Context, api: str, expected: dict, ops: dict, region,
+                   rows: dict[str, dict]) -> None:
+    """Check each op's reported bytes and calls against the analytic figure; fill its row."""
+    device, cuda = ctx.device, ctx.device == "cuda"
+    for op, e in expected.items():
+        got = ops.get(op)
+        if op == truth.OUTSIDE_OPS:  # the region's own memory, net of all ops in it
+            reported, calls = apis.self_bytes(region, device), None
+        else:
+            reported = apis.event_bytes(got, device) if got else None
+            calls = got.count if got else 0
+        rows[op][f"{api}_B"] = reported
+        rows[op][f"{api}_calls"] = calls
+        if cuda and op == "aten::batch_norm":
+            continue  # cuDNN's batch norm may keep a reserve buffer the model omits
+        lo, hi = e.bounds(device)
+        same_calls = e.calls is None or calls == e.calls
+        ctx.check(f"{api}: {op} equals analytic",
+                  reported is not None and lo <= reported <= hi and same_calls,
+                  f"reported {reported} B in {calls} calls, analytic "
+                  + (f"{lo} B" if lo == hi else f"{lo}..{hi} B") + f" in {e.calls} calls")
+
+
+def _with_error_column(table: list[dict]) -> list[dict]:
+    """Each row's largest error over the APIs (None when one reported nothing)."""
     for row in table:
         got = [row[f"{a}_B"] for a in apis.API_NAMES if f"{a}_B" in row]
         row["error_B"] = (None if any(g is None for g in got)
                           else max(abs(g - row["analytic_B"]) for g in got))
         row["why"] = row.pop("why")  # the long column last
-    ctx.table("per_op", table, show=True)
-    if not cuda:  # the release notes' table is of a CPU run
-        ctx.table("release_notes", list(notes_rows.values()), show=True)
+    return table
+
+
+def _resnet18_notes(ctx: Context, cuda: bool) -> None:
     ctx.note("memory lands as 'self' on the op that calls the allocator (aten::empty, "
              "max_pool2d_with_indices, addmm); per-op figures here are inclusive (children "
              "included, frees inside the op netted out), as the CPU Mem column")
@@ -322,7 +337,7 @@ def peak_memory(ctx: Context) -> None:
 # --- time accuracy ---------------------------------------------------------------------------
 
 
-def _label(seconds: float) -> str:
+def region_label(seconds: float) -> str:
     return f"{seconds * 1e3:g} ms"
 
 
@@ -351,7 +366,7 @@ def timing_accuracy(ctx: Context) -> None:
     duration within 5% (median of REPEATS regions each; checked from 20 ms)."""
     device, cuda = ctx.device, ctx.device == "cuda"
     durations = DURATIONS[ctx.profile]
-    labels = [_label(d) for d in durations]
+    labels = [region_label(d) for d in durations]
     spin = truth.GpuSleep() if cuda else truth.busy_wait
     rows = {lb: {"case": f"{'cuda._sleep' if cuda else 'busy-wait'} {lb}"} for lb in labels}
     for api in _apis(ctx):

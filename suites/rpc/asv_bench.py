@@ -1,150 +1,129 @@
-"""asv view of the RPC suite: the round trips the CLI times, and its percentiles and ratios.
+"""asv view of the RPC suite: the round trips the CLI times, and the round_trip and
+batched_update cases' percentiles and ratios.
 
 The time_* benchmarks call from the asv process to a peer that the first workload starts
-through the launcher (session.LocalPeer); teardown closes it. Percentiles, ratios to the
-floor and throughputs come from the suite's own benchmark cases (run once in setup_cache).
+through the launcher (session.LocalPeer). The peer lives as long as the process: asv calls
+setup and teardown around every sample, and a peer restarted each time would leave asv
+waiting on start-ups rather than timing round trips (the session closes it at exit).
 """
 
-from harness.asv_adapter import metric_value, run_case, skip_without, synchronize
-from suites.rpc import cases, paths, session
+from harness import asv_adapter as asv
+from suites.rpc import cases
 
-SIZES = cases.SIZES["quick"]
-
-
-class TensorPipeRoundTrip:
-    params = [["cpu", "cuda"], SIZES]
-    param_names = ["device", "nbytes"]
-    timeout = 120
-
-    def setup(self, device, nbytes):
-        skip_without(device)
-        self.builtin = paths.tensorpipe_builtin(device, nbytes)
-        self.python = paths.tensorpipe_python(device, nbytes)
-
-    def teardown(self, device, nbytes):
-        session.close_local()
-
-    def time_builtin(self, device, nbytes):
-        self.builtin()
-        synchronize(device)
-
-    def time_python(self, device, nbytes):
-        self.python()
-        synchronize(device)
+FLOORS = ("tcp",)  # each path's over_floor is its time over this one's
 
 
-class TensorPipeInFlight:
-    params = [["cpu", "cuda"], SIZES]
-    param_names = ["device", "nbytes"]
-    timeout = 120
+class TensorPipeBuiltin(asv.WorkloadTime):
+    """rpc_sync of a builtin op (torch.add) on the peer."""
 
-    def setup(self, device, nbytes):
-        skip_without(device)
-        self.batch = paths.tensorpipe_async(device, nbytes, cases.IN_FLIGHT)
+    workload = "rpc/tensorpipe_builtin"
 
-    def teardown(self, device, nbytes):
-        session.close_local()
-
-    def time_rpc_async(self, device, nbytes):
-        self.batch()
-        synchronize(device)
+    def time_builtin(self, *params):
+        self.run()
 
 
-class GlooRoundTrip:
-    params = SIZES
-    param_names = ["nbytes"]
-    timeout = 120
+class TensorPipePython(asv.WorkloadTime):
+    """rpc_sync of a Python function that returns its argument."""
 
-    def setup(self, nbytes):
-        self.pingpong = paths.gloo_pingpong("cpu", nbytes)
+    workload = "rpc/tensorpipe_python"
 
-    def teardown(self, nbytes):
-        session.close_local()
-
-    def time_send_recv(self, nbytes):
-        self.pingpong()
+    def time_python(self, *params):
+        self.run()
 
 
-class TcpFloor:
-    params = SIZES
-    param_names = ["nbytes"]
-    timeout = 120
+class TensorPipeInFlight(asv.WorkloadTime):
+    """`in_flight` rpc_async calls issued at once, then all awaited."""
 
-    def setup(self, nbytes):
-        self.pingpong = paths.tcp_pingpong("cpu", nbytes)
+    workload = "rpc/tensorpipe_async"
 
-    def teardown(self, nbytes):
-        session.close_local()
-
-    def time_pingpong(self, nbytes):
-        self.pingpong()
+    def time_rpc_async(self, *params):
+        self.run()
 
 
-class BatchedUpdate:
-    params = ["async", "blocking"]
-    param_names = ["mode"]
-    timeout = 120
+class GlooRoundTrip(asv.WorkloadTime):
+    """Gloo send/recv ping-pong with the peer: the transport's lower bound."""
 
-    def setup(self, mode):
-        self.batch = paths.batched_update("cpu", mode, 8)
+    workload = "rpc/gloo_pingpong"
 
-    def teardown(self, mode):
-        session.close_local()
-
-    def time_batch_of_8(self, mode):
-        self.batch()
+    def time_send_recv(self, *params):
+        self.run()
 
 
-class RoundTripPercentiles:
+class TcpFloor(asv.WorkloadTime):
+    """A raw TCP socket ping-pong with the peer: the floor."""
+
+    workload = "rpc/tcp_pingpong"
+
+    def time_pingpong(self, *params):
+        self.run()
+
+
+class BatchedUpdate(asv.WorkloadTime):
+    """A batch of parameter-server updates, async_execution or blocking."""
+
+    workload = "rpc/batched_update"
+
+    def time_batch(self, *params):
+        self.run()
+
+
+class RoundTripLatency(asv.CaseFigures):
     """p50 and p99 round trip per path and payload, from the suite's round_trip case."""
 
-    params = [[*cases.MAIN_PATHS, "tp_shm", "tp_uv"], SIZES]
-    param_names = ["path", "nbytes"]
-    unit = "seconds"
-    timeout = 600
+    case = "rpc/round_trip"
+    labels = {"path": list(cases.PATH_LABELS), "bytes": cases.SIZES[asv.PROFILE]}
+    unit = "s"
 
     def setup_cache(self):
-        return run_case("rpc", "round_trip", {})
+        return self.run_case()
 
-    def track_p50(self, entry, path, nbytes):
-        return metric_value(entry, "p50", path=path, bytes=nbytes)
+    def track_p50(self, *params):
+        return self.value("p50")
 
-    def track_p99(self, entry, path, nbytes):
-        return metric_value(entry, "p99", path=path, bytes=nbytes)
-
-
-# ratio name -> (metric name, labels besides the size): each path over its run's TCP floor,
-# the suite's sampling over a bare rpc_sync loop, uv over shm (each through its own floor)
-RATIOS = {f"{p}/floor": ("over_floor", {"path": p}) for p in ["tp_builtin", "tp_python", "gloo",
-                                                              "tp_shm", "tp_uv"]}
-RATIOS.update({"tp_builtin/bare_loop": ("suite_over_bare_loop", {}),
-               "tp_uv/tp_shm": ("uv_over_shm", {})})
+    def track_p99(self, *params):
+        return self.value("p99")
 
 
-class RoundTripRatios:
-    """Ratios of the suite's round_trip case (interleaved in one run)."""
+class RoundTripOverFloor(asv.CaseFigures):
+    """Each path's p50 over the TCP floor measured beside it."""
 
-    params = [list(RATIOS), SIZES]
-    param_names = ["ratio", "nbytes"]
+    case = "rpc/round_trip"
+    labels = {"path": [p for p in cases.PATH_LABELS if p not in FLOORS],
+              "bytes": cases.SIZES[asv.PROFILE]}
     unit = "x"
-    timeout = 600
+    setup_cache = RoundTripLatency.setup_cache
 
-    def setup_cache(self):
-        return run_case("rpc", "round_trip", {})
-
-    def track_ratio(self, entry, ratio, nbytes):
-        name, labels = RATIOS[ratio]
-        return metric_value(entry, name, bytes=nbytes, **labels)
+    def track_over_floor(self, *params):
+        return self.value("over_floor")
 
 
-class BatchedUpdateSpeedup:
+class RoundTripRatios(asv.CaseFigures):
+    """The suite's TensorPipe p50 over a bare rpc_sync loop, uv over shm, and rpc_async's
+    speedup over rpc_sync, per payload."""
+
+    case = "rpc/round_trip"
+    labels = {"bytes": cases.SIZES[asv.PROFILE]}
+    unit = "x"
+    setup_cache = RoundTripLatency.setup_cache
+
+    def track_suite_over_bare_loop(self, *params):
+        return self.value("suite_over_bare_loop")
+
+    def track_uv_over_shm(self, *params):
+        return self.value("uv_over_shm")
+
+    def track_async_speedup(self, *params):
+        return self.value("async_speedup")
+
+
+class BatchedUpdateSpeedup(asv.CaseFigures):
     """Batched-update throughput with async_execution over the blocking handler."""
 
+    case = "rpc/batched_update"
     unit = "x"
-    timeout = 300
 
     def setup_cache(self):
-        return run_case("rpc", "batched_update", {"requests": 8})
+        return self.run_case()
 
-    def track_async_over_blocking(self, entry):
-        return metric_value(entry, "async_over_blocking")
+    def track_async_over_blocking(self, *params):
+        return self.value("async_over_blocking")

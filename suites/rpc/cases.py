@@ -285,17 +285,7 @@ def round_trip(ctx: Context) -> None:
     timeout = LAUNCH_TIMEOUT[ctx.profile] * (2 if "sizes" in ctx.params else 1)
     # shm cannot cross hosts: across hosts only uv is forced
     forced_transports = FORCED if launch.cluster() is None else ("uv",)
-    main_spec = GroupSpec(device=ctx.device, gloo=True)
-    (main, _) = _launch(workers.round_trip, 2, (main_spec, MAIN_PATHS, sizes, plan, IN_FLIGHT,
-                                                 ctx.min_run_time), timeout)
-    # One process cannot offer one peer shm and another uv (a mixed group fails with
-    # "unsupported transport"), so each forced transport gets its own launch with its own
-    # floor, and the two are compared through their ratios to those floors.
-    forced = {}
-    for t in forced_transports:
-        (forced[t], _) = _launch(workers.round_trip, 2, (_forced_spec(ctx.device, t),
-                                                          ["tp_python", "tcp"], sizes, plan,
-                                                          IN_FLIGHT, 0.0), timeout)
+    main, forced = _launch_round_trips(ctx, sizes, plan, forced_transports, timeout)
     # (path key, launch result, key in that result, key of that launch's floor)
     series = [(p, main, p, "tcp") for p in MAIN_PATHS]
     for t in forced_transports:
@@ -303,29 +293,9 @@ def round_trip(ctx: Context) -> None:
                                                                   "tcp")]
     rows, p50 = [], {}
     for nbytes in sizes:
-        label = size_label(nbytes)
         for key, res, inner, floor_key in series:
-            st = res["sizes"][nbytes][inner]
-            floor = res["sizes"][nbytes][floor_key]["p50"]
-            p50[key, nbytes] = st["p50"]
-            is_floor = inner == floor_key
-            ids = {"path": key, "bytes": nbytes}
-            for q in ("p50", "p90", "p99"):
-                ctx.metric(q, st[q], "s", kind="latency", better="lower", labels=ids,
-                           samples=st["samples"], q=int(q[1:]) / 100)
-            if not is_floor:
-                ctx.ratio("over_floor", st["samples"], res["sizes"][nbytes][floor_key]["samples"],
-                          better="lower", labels=ids)
-            bandwidth = 2 * nbytes / st["p50"]  # bytes crossing per second, both ways
-            if nbytes >= BANDWIDTH_FROM:
-                ctx.metric("bandwidth", bandwidth, "B/s", kind="throughput", better="higher",
-                           labels=ids, samples=[2 * nbytes / x for x in st["samples"]])
-            rows.append({"size": label, "path": key, "p50_us": st["p50"] * 1e6,
-                         "p90_us": st["p90"] * 1e6, "p99_us": st["p99"] * 1e6,
-                         "x_floor": None if is_floor else st["p50"] / floor,
-                         "MiB_s": bandwidth / MiB if nbytes >= BANDWIDTH_FROM else None,
-                         "pass1_us": st["pass_p50"][0] * 1e6, "pass2_us": st["pass_p50"][1] * 1e6,
-                         "spread_pct": st["pass_spread"] * 100})
+            p50[key, nbytes] = res["sizes"][nbytes][inner]["p50"]
+            rows.append(_path_figures(ctx, key, nbytes, res["sizes"][nbytes], inner, floor_key))
     _bare_loop(ctx, main, sizes)
     _in_flight(ctx, main, sizes)
     for nbytes in sizes if "shm" in forced_transports else []:
@@ -337,6 +307,61 @@ def round_trip(ctx: Context) -> None:
         ctx.note("TensorPipe's shm transport skipped: shared memory cannot cross hosts")
     ctx.table("round_trip", rows, show=True)
     ctx.table("p50_us_and_over_floor", _closing_rows(p50, sizes), show=True)
+    _round_trip_notes(ctx, rows)
+    ctx.details.update(plan=dataclasses.asdict(plan), sizes=sizes, in_flight=IN_FLIGHT,
+                       sockets={"default": main["sockets"],
+                                **{t: forced[t]["sockets"] for t in forced_transports}})
+    for m in ctx.metrics:  # the figures the summary shows first
+        m.headline = m.labels.get("bytes") == 4 and (
+            m.name == "suite_over_bare_loop"
+            or (m.name == "p50" and m.labels["path"] in ("tp_builtin", "gloo", "tcp")))
+
+
+def _launch_round_trips(ctx: Context, sizes: list[int], plan: measure.Plan,
+                        forced_transports: tuple[str, ...], timeout: float
+                        ) -> tuple[dict, dict[str, dict]]:
+    """The main launch (every main path and its TCP floor), then one launch per forced
+    transport (its Python echo and its own floor)."""
+    main_spec = GroupSpec(device=ctx.device, gloo=True)
+    (main, _) = _launch(workers.round_trip, 2, (main_spec, MAIN_PATHS, sizes, plan, IN_FLIGHT,
+                                                 ctx.min_run_time), timeout)
+    # One process cannot offer one peer shm and another uv (a mixed group fails with
+    # "unsupported transport"), so each forced transport gets its own launch with its own
+    # floor, and the two are compared through their ratios to those floors.
+    forced = {}
+    for t in forced_transports:
+        (forced[t], _) = _launch(workers.round_trip, 2, (_forced_spec(ctx.device, t),
+                                                          ["tp_python", "tcp"], sizes, plan,
+                                                          IN_FLIGHT, 0.0), timeout)
+    return main, forced
+
+
+def _path_figures(ctx: Context, key: str, nbytes: int, by_path: dict, inner: str,
+                  floor_key: str) -> dict:
+    """Record one path's percentiles, ratio to its floor and bandwidth at one payload size;
+    return its row of the round_trip table."""
+    st = by_path[inner]
+    is_floor = inner == floor_key
+    ids = {"path": key, "bytes": nbytes}
+    for q in ("p50", "p90", "p99"):
+        ctx.metric(q, st[q], "s", kind="latency", better="lower", labels=ids,
+                   samples=st["samples"], q=int(q[1:]) / 100)
+    if not is_floor:
+        ctx.ratio("over_floor", st["samples"], by_path[floor_key]["samples"],
+                  better="lower", labels=ids)
+    bandwidth = 2 * nbytes / st["p50"]  # bytes crossing per second, both ways
+    if nbytes >= BANDWIDTH_FROM:
+        ctx.metric("bandwidth", bandwidth, "B/s", kind="throughput", better="higher",
+                   labels=ids, samples=[2 * nbytes / x for x in st["samples"]])
+    return {"size": size_label(nbytes), "path": key, "p50_us": st["p50"] * 1e6,
+            "p90_us": st["p90"] * 1e6, "p99_us": st["p99"] * 1e6,
+            "x_floor": None if is_floor else st["p50"] / by_path[floor_key]["p50"],
+            "MiB_s": bandwidth / MiB if nbytes >= BANDWIDTH_FROM else None,
+            "pass1_us": st["pass_p50"][0] * 1e6, "pass2_us": st["pass_p50"][1] * 1e6,
+            "spread_pct": st["pass_spread"] * 100}
+
+
+def _round_trip_notes(ctx: Context, rows: list[dict]) -> None:
     spreads = [r["spread_pct"] for r in rows]
     ctx.note(f"stability: each figure is measured in two interleaved passes; their p50s differ "
              f"by a median {sorted(spreads)[len(spreads) // 2]:.1f}% (largest "
@@ -350,13 +375,6 @@ def round_trip(ctx: Context) -> None:
     if torch.device(ctx.device).type == "cuda":
         ctx.note("on CUDA the TensorPipe paths send device tensors; the Gloo and TCP paths "
                  "move the same bytes in host memory")
-    ctx.details.update(plan=dataclasses.asdict(plan), sizes=sizes, in_flight=IN_FLIGHT,
-                       sockets={"default": main["sockets"],
-                                **{t: forced[t]["sockets"] for t in forced_transports}})
-    for m in ctx.metrics:  # the figures the summary shows first
-        m.headline = m.labels.get("bytes") == 4 and (
-            m.name == "suite_over_bare_loop"
-            or (m.name == "p50" and m.labels["path"] in ("tp_builtin", "gloo", "tcp")))
 
 
 def _bare_loop(ctx: Context, main: dict, sizes: list[int]) -> None:
