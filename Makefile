@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: bench test lint asv report clean-venv
+.PHONY: bench test lint asv asv-versions report clean-venv
 
 $(STAMP): requirements.txt requirements-base.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,16 @@ asv: $(STAMP)
 	$(BIN)/asv run --machine "$$($(BIN)/release-bench asv-machine)" \
 	  --set-commit-hash "$$(git rev-parse HEAD)" --launch-method spawn $(ASV_ARGS)
 	$(BIN)/release-bench asv-publish
+
+# asv over the torch versions of .envs/ (release-bench env create VERSION): each environment
+# is one asv environment ("existing"), so the dashboard draws one line per torch version
+asv-versions: $(STAMP)
+	@status=0; for env in .envs/torch-*/; do \
+	  [ -f "$$env/release-bench-env.json" ] || continue; \
+	  echo "== asv in $$env"; \
+	  $(BIN)/asv run -E "existing:$${env}bin/python" --machine "$$($(BIN)/release-bench asv-machine)" \
+	    --set-commit-hash "$$(git rev-parse HEAD)" --launch-method spawn $(ASV_ARGS) || status=1; \
+	done; $(BIN)/release-bench asv-publish; exit $$status
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -54,8 +54,12 @@ def _env() -> dict[str, str]:
 def torch_version(python: Path) -> str:
     """torch's version in that environment; raises AbError when it cannot run the
     suites."""
-    out = subprocess.run([str(python), "-c", "import harness.cli, torch; print(torch.__version__)"],
-                         capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+    try:
+        out = subprocess.run([str(python), "-c",
+                              "import harness.cli, torch; print(torch.__version__)"],
+                             capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+    except OSError as e:  # the executable is gone or cannot be run
+        raise AbError(f"{python}: cannot run the suites ({e.strerror})") from e
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["exit status " + str(out.returncode)])[-1]
         raise AbError(f"{python}: cannot run the suites ({last})")

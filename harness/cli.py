@@ -10,6 +10,7 @@ file), always with one line on stderr saying what was wrong.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -134,7 +135,11 @@ def _build_parser() -> argparse.ArgumentParser:
     report.add_argument("runs", nargs="*", metavar="RUN",
                         help="run files (default: the newest run of each machine in --runs-dir)")
     report.add_argument("--runs-dir", default="results/runs", metavar="DIR")
-    report.add_argument("--out", default="results/html/report.html", metavar="FILE")
+    report.add_argument("--out", metavar="FILE",
+                        help="default results/html/report.html (matrix.html with --matrix)")
+    report.add_argument("--matrix", metavar="MATRIX",
+                        help="the release-matrix page of a `release-bench matrix` record (its "
+                             "matrix.json, or the folder holding it) instead of runs")
 
     compare = sub.add_parser("compare", help="changes between two runs; exit 1 on regression")
     compare.add_argument("baseline", help="a run file, or a folder (its newest run)")
@@ -175,6 +180,34 @@ def _build_parser() -> argparse.ArgumentParser:
     ab.add_argument("--threshold", action="append", default=[], metavar="KIND=TOL",
                     type=_threshold, help="tolerated relative change for a kind of metric "
                                           "(default 0.05 for every kind)")
+    mx = sub.add_parser("matrix", help="the release checklist and headline figures across "
+                                       "torch versions, interleaved; exit 1 on a change")
+    mx.add_argument("sides", metavar="ENV", nargs="+",
+                    help="a torch version with an environment in .envs/ (release-bench env "
+                         "create), or a venv folder or Python executable; oldest first")
+    _add_selection(mx)
+    mx.add_argument("--rounds", type=int, default=2, metavar="K",
+                    help="fresh processes per environment and suite (default 2), the order "
+                         "of the environments rotated each round")
+    mx.add_argument("--out", default="results/scratch/matrix", metavar="DIR",
+                    help="where the matrix record, the merged runs and the rounds go")
+    mx.add_argument("--threshold", action="append", default=[], metavar="KIND=TOL",
+                    type=_threshold, help="tolerated relative change for a kind of metric "
+                                          "(default 0.05 for every kind)")
+
+    env = sub.add_parser("env", help="one Python environment per torch release, in .envs/")
+    env_sub = env.add_subparsers(dest="env_command", required=True, metavar="ACTION")
+    create = env_sub.add_parser("create", help="build .envs/torch-VERSION from the registry")
+    create.add_argument("version", metavar="VERSION", help="a torch release, e.g. 2.13.0")
+    create.add_argument("--reuse", metavar="VENV",
+                        help="take torch and every other package from VENV instead of the "
+                             "registry (no download; for tests)")
+    create.add_argument("--without-torchvision", action="store_true",
+                        help="leave torchvision out (a torch whose registry torchvision does "
+                             "not import beside it); the cases that need it skip")
+    env_sub.add_parser("list", help="the environments built, with their size")
+    remove = env_sub.add_parser("remove", help="remove .envs/torch-VERSION")
+    remove.add_argument("version", metavar="VERSION")
     return parser
 
 
@@ -331,10 +364,23 @@ def _cmd_report(args) -> int:
 
     from harness import report
 
+    if args.matrix:
+        path = Path(args.matrix)
+        path = path / "matrix.json" if path.is_dir() else path
+        try:
+            record = json.loads(path.read_text())
+            if record.get("schema") != "release-bench-matrix/1":
+                raise ValueError("not a release-bench matrix record")
+        except (OSError, ValueError) as e:
+            raise UsageError(f"{args.matrix}: {e}") from e
+        out = records.write_text_atomic(args.out or "results/html/matrix.html",
+                                        report.build_matrix(record))
+        print(f"release matrix of {len(record['versions'])} versions written to {out}")
+        return EXIT_OK
     paths = [records.resolve_run(r) for r in args.runs] or report.latest_runs(args.runs_dir)
     if not paths:
         raise UsageError(f"no runs under {args.runs_dir}; run `release-bench run` first")
-    out = report.write(paths, args.out)
+    out = report.write(paths, args.out or "results/html/report.html")
     print(f"report of {len(paths)} run(s) written to {out}")
     print(f"open it with: xdg-open {Path(out)}  (or any browser; it needs no server)")
     return EXIT_OK
@@ -467,9 +513,77 @@ def _cmd_ab(args) -> int:
     return EXIT_FAILED if counts["regression"] else EXIT_OK
 
 
+def _cmd_matrix(args) -> int:
+    from pathlib import Path
+
+    from harness import ab, matrix
+
+    suites = _selected_suites(args)
+    if args.rounds < 1:
+        raise UsageError(f"--rounds must be at least 1, got {args.rounds}")
+    run_args = ["--profile", args.profile] + (["--case", args.case] if args.case else [])
+    try:
+        res = matrix.matrix(args.sides, suites, run_args, args.rounds, Path(args.out),
+                            lambda s: print(s, file=sys.stderr, flush=True),
+                            dict(args.threshold))
+    except ab.AbError as e:
+        raise UsageError(f"matrix: {e}") from e
+    for v in res["versions"]:
+        cases = res["sides"][v["label"]]["cases"].values()
+        outcomes = {o: sum(c["outcome"] == o for c in cases) for o in ab.OUTCOME_ORDER}
+        warned = sum(1 for c in cases if c["warnings"])
+        print(f"torch {v['torch']}: " + ", ".join(f"{n} {o}" for o, n in outcomes.items() if n)
+              + f"; {warned} cases warned")
+    changed = False
+    for step in res["steps"]:
+        print(f"\n{step['from']} -> {step['to']}: "
+              + ", ".join(f"{n} {v}" for v, n in step["counts"].items()))
+        for c in step["changes"]:
+            changed = True
+            what = (f"{c['from']} -> {c['to']}" if c["what"] in ("outcome", "case")
+                    else c["warning"])
+            print(f"  {c['case']}: {c['what']}: {what}")
+        for v in step["headline_verdicts"]:
+            lo, hi = v["interval"] or (None, None)
+            ci = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else ""
+            factor = f"{v['factor']:.3g}x" if v["factor"] is not None else "n/a"
+            print(f"  headline {v['case']} {v['metric']} {v['labels'] or ''}: {factor}{ci} "
+                  f"{v['verdict']}")
+        changed |= bool(step["counts"].get("regression"))
+    print(f"\nthe matrix record, the merged runs and the rounds are in {res['dir']}")
+    return EXIT_FAILED if changed else EXIT_OK
+
+
+def _cmd_env(args) -> int:
+    from pathlib import Path
+
+    from harness import envs
+
+    try:
+        if args.env_command == "create":
+            e = envs.create(args.version, reuse=Path(args.reuse) if args.reuse else None,
+                            torchvision=not args.without_torchvision,
+                            log=lambda s: print(s, file=sys.stderr, flush=True))
+            print(f"torch-{e.version}: torch {e.torch}, torchvision {e.torchvision or 'none'}, "
+                  f"CUDA {e.cuda or 'none (CPU-only build)'}, Python {e.python}; built in "
+                  f"{e.built_s:.0f} s, {e.disk_bytes / 2**30:.2f} GiB")
+        elif args.env_command == "list":
+            for e in envs.built():
+                print(f"{e.version:10s} torch {e.torch:14s} torchvision "
+                      f"{e.torchvision or 'none':10s} {e.disk_bytes / 2**30:5.2f} GiB"
+                      + (f"  (reuses {e.reuses})" if e.reuses else ""))
+        else:
+            envs.remove(args.version)
+            print(f"removed torch-{args.version}")
+    except envs.EnvError as e:
+        raise UsageError(f"env {args.env_command}: {e}") from e
+    return EXIT_OK
+
+
 COMMANDS = {"list": _cmd_list, "run": _cmd_run, "show": _cmd_show,
             "require-cuda": _cmd_require_cuda, "report": _cmd_report, "compare": _cmd_compare,
-            "ab": _cmd_ab, "multihost": _cmd_multihost,
+            "ab": _cmd_ab, "multihost": _cmd_multihost, "env": _cmd_env,
+            "matrix": _cmd_matrix,
             "asv-machine": _cmd_asv_machine, "asv-publish": _cmd_asv_publish}
 
 

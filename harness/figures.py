@@ -3,9 +3,9 @@
 A suite declares its figures beside its metrics, in `suites/<name>/figures.py`:
 
     @suite.figure
-    def scaling(entries: list[dict]) -> Figure | None:
+    def my_figure(entries: list[dict]) -> Figure | None:
         ...                       # the run's entries of this suite, as in the record
-        return plot("TorchScript fork/wait scaling", fig)
+        return plot("What the figure shows", fig)
 
 A figure is a matplotlib plot (inlined in the page as SVG) or a table; None when the run holds
 nothing it draws. Metrics are read by name and labels (`by_label`), with the interval the

@@ -3,7 +3,7 @@
 In a suite's test module:
 
     from harness.pytest_adapter import conformance_tests, workload_benchmarks
-    from suites.fork_wait.cases import suite
+    from suites.<name>.cases import suite
 
     test_conformance = conformance_tests(suite)
     test_workload = workload_benchmarks(suite)

@@ -158,6 +158,56 @@ def build(runs: list[dict], title: str = "torch-release-bench report") -> str:
         title=title, runs=[_run_view(i, r, known) for i, r in enumerate(runs)])
 
 
+def _matrix_view(record: dict) -> dict[str, Any]:
+    """The release matrix as the template shows it: features x versions, the changes, and
+    headline figures x versions with each version's verdict against the one before."""
+    from harness.summary import fmt_metric
+
+    labels = [v["label"] for v in record["versions"]]
+    changed = defaultdict(set)  # case -> versions it changed in
+    for step in record["steps"]:
+        for c in step["changes"]:
+            changed[c["case"]].add(step["to"])
+    cases = sorted({cid for side in record["sides"].values() for cid in side["cases"]})
+    features = [{"case": cid, "cells": [
+        {**(record["sides"][lb]["cases"].get(cid) or {"outcome": "absent", "warnings": []}),
+         "changed": lb in changed[cid]} for lb in labels]} for cid in cases]
+    verdicts = {(step["to"], v["case"], v["metric"], json.dumps(v["labels"], sort_keys=True)):
+                v for step in record["steps"] for v in step["headline_verdicts"]}
+    rows: dict[tuple, dict] = {}
+    for lb in labels:
+        for h in record["sides"][lb]["headlines"]:
+            key = (h["case"], h["name"], json.dumps(h["labels"], sort_keys=True))
+            row = rows.setdefault(key, {"case": h["case"], "metric": h["metric"], "cells": {}})
+            v = verdicts.get((lb, *key))
+            row["cells"][lb] = {
+                "text": fmt_metric({"value": h["value"], "unit": h["unit"],
+                                    "stats": {"ci": h["ci"]}}),
+                "verdict": v["verdict"] if v else "",
+                "factor": (f"{v['factor']:.3g}x" + (
+                    f" [{v['interval'][0]:.3g}, {v['interval'][1]:.3g}]"
+                    if v["interval"] and None not in v["interval"] else ""))
+                if v and v["factor"] is not None else ""}
+    changes = [{**c, "step": f"{step['from']} → {step['to']}"} for step in record["steps"]
+               for c in step["changes"]]
+    return {"versions": record["versions"], "labels": labels, "features": features,
+            "headlines": [{**r, "cells": [r["cells"].get(lb) for lb in labels]}
+                          for r in rows.values()],
+            "changes": changes, "rounds": record["rounds"],
+            "machine": (record.get("machine") or {}).get("name", ""),
+            "started": record.get("started", ""),
+            "counts": [{"step": f"{s['from']} → {s['to']}", **s["counts"]}
+                       for s in record["steps"]]}
+
+
+def build_matrix(record: dict, title: str = "torch release matrix") -> str:
+    """The release-matrix page for a `release-bench matrix` record."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True,
+                             lstrip_blocks=True)
+    return env.get_template("matrix.html.j2").render(title=title, m=_matrix_view(record))
+
+
 def latest_runs(root: str | Path) -> list[Path]:
     """The newest run file of each machine folder under `root`."""
     root = Path(root)

@@ -4,13 +4,13 @@ by `release-bench compare` and by asv; and asv's published dashboard renders in 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from asv_project import asv, git, make
 from browser import served, visit
 
 from harness import records, runner
@@ -102,11 +102,6 @@ def test_compare_flags_a_conformance_case_that_stopped_passing(tmp_path):
     assert out.returncode == 1 and "(outcome)" in out.stdout
 
 
-ASV_CONF = {
-    "version": 1, "project": "planted", "repo": ".", "branches": ["main"],
-    "environment_type": "existing", "benchmark_dir": "benchmarks",
-    "results_dir": "results", "html_dir": "html",
-}
 # The project's own workload (the telemetry suite's busy matmul), timed by asv as the suites'
 # asv modules time theirs. The code under test is `planted_lib`; commit B plants a 2x slowdown
 # in one of its two functions. (Changing a benchmark's own source would not do: asv treats it
@@ -151,50 +146,31 @@ def _marked(compare_output: str, mark: str) -> list[str]:
     return out
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
-                          check=True).stdout.strip()
-
-
-def _asv(repo: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([BIN / "asv", *args], cwd=repo, capture_output=True, text=True,
-                          env=env, timeout=900)
-
-
 @pytest.mark.slow
 def test_asv_compare_flags_the_planted_slowdown_and_publishes_a_working_dashboard(tmp_path):
-    repo = tmp_path / "proj"
-    (repo / "benchmarks").mkdir(parents=True)
-    (repo / "asv.conf.json").write_text(json.dumps(ASV_CONF))
-    (repo / "benchmarks" / "__init__.py").write_text("")
-    (repo / "benchmarks" / "bench.py").write_text(BENCH)
-    env = {**os.environ, "HOME": str(tmp_path)}
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "config", "user.email", "t@example.invalid")
-    _git(repo, "config", "user.name", "t")
-    assert _asv(repo, env, "machine", "--yes", "--machine", "planted").returncode == 0
+    repo, env = make(tmp_path, "planted", {"bench.py": BENCH})
     hashes = []
     for body in ("fn()", "fn(); fn()"):
         (repo / "benchmarks" / "planted_lib.py").write_text(LIB.replace("{body}", body))
-        _git(repo, "add", "-A")
-        _git(repo, "commit", "-qm", body)
-        hashes.append(_git(repo, "rev-parse", "HEAD"))
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", body)
+        hashes.append(git(repo, "rev-parse", "HEAD"))
         # environment "existing": asv benchmarks the working tree and files the results
         # under the commit given, as the nightly job does
-        out = _asv(repo, env, "run", "--machine", "planted", "--set-commit-hash", hashes[-1],
+        out = asv(repo, env, "run", "--machine", "planted", "--set-commit-hash", hashes[-1],
                    "--show-stderr", "--launch-method", "spawn")
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
-    cmp = _asv(repo, env, "compare", "--machine", "planted", "--factor", "1.5", "--split",
+    cmp = asv(repo, env, "compare", "--machine", "planted", "--factor", "1.5", "--split",
                hashes[0], hashes[1])
     assert cmp.returncode == 0, cmp.stderr
     assert "Benchmarks that have got worse" in cmp.stdout, cmp.stdout
     assert _marked(cmp.stdout, "+") == ["bench.Matmul.time_planted"], cmp.stdout
 
     # an unchanged commit: the same benchmarks run again, nothing flagged either way
-    out = _asv(repo, env, "run", "--machine", "planted", "--set-commit-hash", hashes[0],
+    out = asv(repo, env, "run", "--machine", "planted", "--set-commit-hash", hashes[0],
                "--launch-method", "spawn", "--bench", "time_unchanged")
-    same = _asv(repo, env, "compare", "--machine", "planted", "--factor", "1.5", "--split",
+    same = asv(repo, env, "compare", "--machine", "planted", "--factor", "1.5", "--split",
                 hashes[0], hashes[1])
     assert "bench.Matmul.time_unchanged" not in _marked(same.stdout, "+") + _marked(
         same.stdout, "-")

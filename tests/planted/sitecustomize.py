@@ -9,6 +9,10 @@ every Python process of that environment, spawned workers included, then runs wi
   backward waits F times twice the forward's duration (a backward costs about two forwards);
 - rpc_us=N: every rpc_sync, rpc_async and remote call N microseconds longer (a busy-wait
   before the call);
+- fork_warns=1: eager torch.jit.fork raises a FutureWarning at each call, as a release that
+  deprecates it would (for the matrix's tests);
+- fork_threaded=1: eager torch.jit.fork runs its function on another thread, breaking the
+  documented behaviour that the fork_wait suite's eager_fork_is_serial checks;
 - exit_abort=P: the process aborts at exit with probability P, as torch's fork/wait does in
   some processes here: "terminate called without an active exception" on stderr, then
   SIGABRT (for the clean_exit cases' tests).
@@ -65,10 +69,34 @@ def _abort_at_exit(probability: float) -> None:
     atexit.register(abort)
 
 
+def _changed_fork(warns: bool, threaded: bool) -> None:
+    import concurrent.futures
+    import warnings
+
+    import torch
+
+    original = torch.jit.fork
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+
+    def fork(fn, *args, **kwargs):
+        if warns:
+            warnings.warn("torch.jit.fork is deprecated (planted)", FutureWarning, stacklevel=2)
+        if not threaded:
+            return original(fn, *args, **kwargs)
+        # run to completion on the pool's thread first: torch.jit.wait holds the GIL
+        fut = torch.futures.Future()
+        fut.set_result(pool.submit(fn, *args, **kwargs).result())
+        return fut
+
+    torch.jit.fork = fork
+
+
 def _plant(spec: str) -> None:
     opts = dict(kv.split("=") for kv in spec.split(",") if kv)
     if "exit_abort" in opts:
         _abort_at_exit(float(opts["exit_abort"]))
+    if "fork_warns" in opts or "fork_threaded" in opts:
+        _changed_fork("fork_warns" in opts, "fork_threaded" in opts)
     if "matmul" not in opts and "rpc_us" not in opts:
         return
     import torch

@@ -1,0 +1,162 @@
+"""`release-bench matrix`: the release checklist and the headline figures across torch versions.
+
+Each side is an environment (`release-bench env create VERSION`, or any venv). The session is
+`ab`'s, widened to N sides: every suite runs in a fresh process per side and round, round by
+round, with the order of the sides rotated from round to round so that each goes first as
+often as the others. Each side's rounds are merged (`ab.merge_runs`), and each version is
+judged against the one before it with `compare`, the rounds giving the spread between
+processes. The matrix record keeps, per version:
+
+- each conformance case's outcome, and each case's warnings (FutureWarning,
+  DeprecationWarning, ... as the runner recorded them);
+- each headline metric with its interval;
+- the verdicts against the previous version;
+
+and lists as changes every case whose outcome moved, and every warning that appeared or went.
+The merged runs and the rounds stay beside it for `report`, `compare` and `ab --judge`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness import ab, compare, envs, machine, records
+from harness.cases import metric_id
+
+SCHEMA = "release-bench-matrix/1"
+# the runner records each warning a case raised as "<Category> (recorded, not shown): <text>"
+WARNING_NOTE = re.compile(r"^(\w*Warning) \(recorded, not shown\): (.*)$")
+# where a warning names a file and line, the line moves between releases: not a change
+LOCATION = re.compile(r"(/[\w./-]+\.py)(:\d+)?")
+
+
+def side_python(spec: str) -> tuple[str, Path]:
+    """(label, Python) of a side: a torch version with an environment in .envs/, else a venv
+    folder or a Python executable (labelled by its path)."""
+    if envs.VERSION.fullmatch(spec):
+        try:
+            env = envs.get(spec)
+        except envs.EnvError as e:
+            raise ab.AbError(str(e)) from e
+        return spec, ab.python_of(env.path)  # refuses a folder whose Python is gone
+    return spec, ab.python_of(spec)
+
+
+def rotation(n_sides: int, rounds: int) -> list[list[int]]:
+    """The order of the sides in each round: rotated by one each round, so that over n rounds
+    each side runs first, second, ... once."""
+    return [[(r + i) % n_sides for i in range(n_sides)] for r in range(rounds)]
+
+
+def warnings_of(entry: dict) -> list[str]:
+    """The warnings a case raised, as "Category: text", with file locations left out."""
+    out = []
+    for note in entry.get("notes", []):
+        if m := WARNING_NOTE.match(note):
+            out.append(f"{m.group(1)}: {LOCATION.sub('<file>', m.group(2))}")
+    return sorted(set(out))
+
+
+def summarize_side(run: dict) -> dict[str, Any]:
+    """What the matrix keeps of one version's merged run."""
+    cases, headlines = {}, []
+    for e in run["results"]:
+        cid = compare.result_key(e)
+        cases[cid] = {"suite": e["suite"], "kind": e["kind"], "outcome": e["outcome"],
+                      "reason": e.get("reason", "")[:300], "warnings": warnings_of(e)}
+        for m in e["metrics"]:
+            if m.get("headline"):
+                st = m.get("stats") or {}
+                headlines.append({"case": cid, "metric": metric_id(m["name"], m.get("labels")),
+                                  "name": m["name"], "labels": m.get("labels") or {},
+                                  "value": m["value"], "unit": m["unit"],
+                                  "ci": st.get("ci"), "n": st.get("n")})
+    return {"cases": cases, "headlines": headlines}
+
+
+def outcome_changes(prev: dict, this: dict, prev_label: str, label: str) -> list[dict]:
+    """Cases whose outcome moved, and warnings that appeared or went, from one version to the
+    next."""
+    out = []
+    for cid in sorted(prev["cases"].keys() | this["cases"].keys()):
+        a, b = prev["cases"].get(cid), this["cases"].get(cid)
+        if a is None or b is None:
+            out.append({"case": cid, "what": "case", "from": a and a["outcome"],
+                        "to": b and b["outcome"], "versions": [prev_label, label]})
+            continue
+        if a["outcome"] != b["outcome"]:
+            out.append({"case": cid, "what": "outcome", "from": a["outcome"],
+                        "to": b["outcome"], "reason": b["reason"],
+                        "versions": [prev_label, label]})
+        for w in sorted(set(b["warnings"]) - set(a["warnings"])):
+            out.append({"case": cid, "what": "warning appeared", "warning": w,
+                        "versions": [prev_label, label]})
+        for w in sorted(set(a["warnings"]) - set(b["warnings"])):
+            out.append({"case": cid, "what": "warning went", "warning": w,
+                        "versions": [prev_label, label]})
+    return out
+
+
+def matrix(sides: list[str], suites: list[str], run_args: list[str], rounds: int,
+           out_dir: Path, progress: Callable[[str], None],
+           thresholds: dict[str, float] | None = None) -> dict[str, Any]:
+    """Run the matrix; returns its record (also written as `<dir>/matrix.json`)."""
+    if len(sides) < 2:
+        raise ab.AbError("a matrix needs at least two environments")
+    labelled = [side_python(s) for s in sides]
+    labels = [label for label, _ in labelled]
+    if len(set(labels)) != len(labels):
+        raise ab.AbError(f"an environment is named twice: {' '.join(labels)}")
+    pythons = dict(labelled)
+    versions = {label: ab.torch_version(p) for label, p in labelled}
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    base = out_dir / f"matrix-{stamp}"
+    plan = [(r, suite, labels[i]) for r, order in enumerate(rotation(len(labels), rounds))
+            for suite in suites for i in order]
+    runs: dict[str, list[dict]] = {label: [] for label in labels}
+    for step, (r, suite, label) in enumerate(plan, 1):
+        where = base / "rounds" / f"{suite}-{r:02d}-{labels.index(label)}"
+        progress(f"[{step}/{len(plan)}] torch {versions[label]} {suite} (round {r + 1}) ...")
+        t0 = time.perf_counter()
+        path = ab.run_round(pythons[label], suite, run_args, where, base / f"{label}.log")
+        if path is None:
+            raise ab.AbError(f"torch {versions[label]} wrote no run for suite {suite}; see "
+                             f"{base / f'{label}.log'}")
+        runs[label].append(records.read_run(path))
+        progress(f"[{step}/{len(plan)}] done in {time.perf_counter() - t0:.0f} s")
+    return judge(base, labels, versions, runs, rounds, thresholds)
+
+
+def judge(base: Path, labels: list[str], versions: dict[str, str],
+          runs: dict[str, list[dict]], rounds: int,
+          thresholds: dict[str, float] | None = None) -> dict[str, Any]:
+    merged = {label: ab.merge_runs(runs[label]) for label in labels}
+    for label in labels:
+        records.write_json_atomic(base / f"torch-{label}.json",
+                                  records.scrub_paths(merged[label]))
+    summary = {label: summarize_side(merged[label]) for label in labels}
+    steps = []
+    for prev, this in zip(labels, labels[1:], strict=False):
+        changes = compare.compare_runs(merged[prev], merged[this],
+                                       {**compare.AB_THRESHOLDS, **(thresholds or {})},
+                                       replicates=ab.round_values(runs[prev], runs[this]))
+        headline_ids = {(h["case"], h["name"], repr(sorted(h["labels"].items())))
+                        for h in summary[this]["headlines"]}
+        steps.append({
+            "from": prev, "to": this, "counts": compare.counts(changes),
+            "verdicts": [c.to_json() for c in changes if c.verdict in ("regression",
+                                                                       "improvement")],
+            "headline_verdicts": [c.to_json() for c in changes
+                                  if (c.case, c.metric, repr(sorted(c.labels.items())))
+                                  in headline_ids],
+            "changes": outcome_changes(summary[prev], summary[this], prev, this)})
+    record = {"schema": SCHEMA, "machine": machine.fingerprint(), "started": merged[
+        labels[0]]["started"], "rounds": rounds, "order": "rotated round by round",
+        "versions": [{"label": label, "torch": versions[label]} for label in labels],
+        "sides": summary, "steps": steps}
+    records.write_json_atomic(base / "matrix.json", records.scrub_paths(record))
+    return {**record, "dir": base}

@@ -1,0 +1,231 @@
+"""Environments per torch version (`release-bench env`) and the release matrix, without
+downloading a torch build: the environments here reuse .venv's packages (`env create
+--reuse`), and two "versions" differ by changes planted in one of them (tests/planted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import asv_project
+import pytest
+import torch
+import torchvision
+from browser import served, visit
+
+sys.path.insert(0, str(Path(__file__).parent / "planted"))
+from wrap import planted_python  # noqa: E402
+
+BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parent.parent
+VENV = Path(sys.prefix)
+TORCH = torch.__version__.split("+")[0]
+
+
+def _rb(*args: str, envs: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([BIN / "release-bench", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT,
+                          env=os.environ | {"RELEASE_BENCH_ENVS": str(envs)})
+
+
+def _one_error_line(out: subprocess.CompletedProcess, progress: bool = False) -> str:
+    """The one line of a refusal; with `progress`, after lines that said what was under way
+    (a build that fails half-way)."""
+    lines = out.stderr.strip().splitlines()
+    errors = [ln for ln in lines if ln.startswith("release-bench:")]
+    assert out.returncode == 2 and errors == lines[-1:], out.stderr
+    assert progress or len(lines) == 1, out.stderr
+    return lines[-1]
+
+
+def test_env_create_list_and_remove_reusing_the_venvs_packages(tmp_path):
+    envs = tmp_path / "envs"
+    out = _rb("env", "create", TORCH, "--reuse", str(VENV), envs=envs)
+    assert out.returncode == 0, out.stderr
+    assert f"torch {torch.__version__}, torchvision {torchvision.__version__}" in out.stdout
+    marker = json.loads((envs / f"torch-{TORCH}" / "release-bench-env.json").read_text())
+    assert marker["torch"] == torch.__version__ and marker["reuses"] == str(VENV)
+    assert marker["disk_bytes"] > 0 and marker["built_s"] > 0
+    assert TORCH in _rb("env", "list", envs=envs).stdout
+    again = _rb("env", "create", TORCH, "--reuse", str(VENV), envs=envs)
+    assert "exists already" in _one_error_line(again)
+    assert _rb("env", "remove", TORCH, envs=envs).returncode == 0
+    assert not (envs / f"torch-{TORCH}").exists()
+    assert _rb("env", "list", envs=envs).stdout.strip() == ""
+
+
+def test_a_half_built_environment_is_never_listed_or_used(tmp_path):
+    envs = tmp_path / "envs"
+    (envs / "torch-2.13.0" / "bin").mkdir(parents=True)  # a build killed half-way
+    assert _rb("env", "list", envs=envs).stdout.strip() == ""
+    used = _rb("matrix", "2.13.0", str(VENV), "--suite", "fork_wait", envs=envs)
+    assert "no environment for torch 2.13.0" in _one_error_line(used)
+
+
+def test_an_unknown_version_is_one_line_and_leaves_nothing(tmp_path):
+    envs = tmp_path / "envs"
+    unknown = _rb("env", "create", "0.0.1", envs=envs)  # asks the registry, which has no such torch
+    assert "torch 0.0.1 is not on the package registry" in _one_error_line(unknown)
+    assert not (envs / "torch-0.0.1").exists()
+    assert "not a torch release version" in _one_error_line(_rb("env", "create", "latest",
+                                                                envs=envs))
+    assert "no environment for torch 2.13.0" in _one_error_line(_rb("env", "remove", "2.13.0",
+                                                                    envs=envs))
+
+
+def test_a_torchvision_that_does_not_import_fails_the_build_and_leaves_nothing(tmp_path):
+    # an environment whose torchvision was built for another torch, as the registry's
+    # torchvision can be beside a CPU-only torch: it raises on import
+    broken = tmp_path / "broken"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(broken)], check=True)
+    site = Path(sysconfig.get_paths(vars={"base": str(broken), "platbase": str(broken)})
+                ["purelib"])
+    (site / "torchvision").mkdir(parents=True)
+    (site / "torchvision" / "__init__.py").write_text(
+        'raise ImportError("torchvision was built for torch 2.13.0 (planted)")\n')
+    (site / "packages.pth").write_text(f"{sysconfig.get_paths()['purelib']}\n")
+    envs = tmp_path / "envs"
+    out = _rb("env", "create", TORCH, "--reuse", str(broken), envs=envs)
+    line = _one_error_line(out, progress=True)
+    assert "do not import" in line and "torchvision was built for torch 2.13.0" in line
+    assert "--without-torchvision" in line
+    assert not (envs / f"torch-{TORCH}").exists()
+    # built without torchvision on request: the record says so
+    out = _rb("env", "create", TORCH, "--reuse", str(broken), "--without-torchvision",
+              envs=envs)
+    assert out.returncode == 0 and "torchvision none" in out.stdout, out.stderr
+    marker = json.loads((envs / f"torch-{TORCH}" / "release-bench-env.json").read_text())
+    assert marker["torchvision"] is None
+
+
+def test_the_matrix_lists_a_feature_that_broke_and_a_warning_that_appeared(tmp_path):
+    before = planted_python(tmp_path / "before", "")
+    after = planted_python(tmp_path / "after", "fork_warns=1,fork_threaded=1")
+    out = _rb("matrix", str(before), str(after), "--suite", "fork_wait", "--case",
+              "eager_fork_is_serial", "--out", str(tmp_path / "m"), envs=tmp_path / "envs")
+    assert out.returncode == 1, out.stdout + out.stderr
+    (path,) = (tmp_path / "m").rglob("matrix.json")
+    record = json.loads(path.read_text())
+    assert record["rounds"] == 2
+    outcomes = [next(iter(record["sides"][str(p)]["cases"].values()))["outcome"]
+                for p in (before, after)]
+    assert outcomes == ["pass", "fail"]
+    (step,) = record["steps"]
+    # the planted fork never calls torch's, so torch's own deprecation warning goes with it
+    assert {c["what"] for c in step["changes"]} == {"outcome", "warning appeared",
+                                                    "warning went"}
+    (appeared,) = [c for c in step["changes"] if c["what"] == "warning appeared"]
+    assert appeared["warning"] == "FutureWarning: torch.jit.fork is deprecated (planted)"
+    (went,) = [c for c in step["changes"] if c["what"] == "warning went"]
+    assert "`torch.jit.fork` is deprecated" in went["warning"]
+    assert "pass -> fail" in out.stdout and "warning appeared" in out.stdout
+    # the release-matrix page, in a real browser
+    page_file = tmp_path / "matrix.html"
+    made = _rb("report", "--matrix", str(path.parent), "--out", str(page_file),
+               envs=tmp_path / "envs")
+    assert made.returncode == 0, made.stderr
+    page = visit(page_file.as_uri(), "matrix-planted", count=("table", ".changed", ".warns"))
+    assert page.console_errors == [] and page.title == "torch release matrix"
+    for text in ("Features × versions", "eager_fork_is_serial", "warning appeared",
+                 "torch.jit.fork is deprecated (planted)", "pass → fail"):
+        assert text in page.text, text
+    assert page.counts["table"] == 4 and page.counts[".changed"] == 1
+    assert page.counts[".warns"] == 2  # each version's warnings, hover for their text
+
+
+def test_the_matrix_of_one_torch_twice_lists_no_change(tmp_path):
+    envs = tmp_path / "envs"
+    assert _rb("env", "create", TORCH, "--reuse", str(VENV), envs=envs).returncode == 0
+    out = _rb("matrix", str(VENV), TORCH, "--suite", "fork_wait", "--case",
+              "release_notes_example", "--rounds", "1", "--out", str(tmp_path / "m"),
+              envs=envs)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (path,) = (tmp_path / "m").rglob("matrix.json")
+    record = json.loads(path.read_text())
+    assert [v["torch"] for v in record["versions"]] == [torch.__version__] * 2
+    assert record["steps"][0]["changes"] == []
+
+
+def test_bad_input_to_the_matrix_is_one_line(tmp_path):
+    envs = tmp_path / "envs"
+    assert "at least two" in _one_error_line(_rb("matrix", str(VENV), envs=envs))
+    assert "named twice" in _one_error_line(_rb("matrix", str(VENV), str(VENV), envs=envs))
+    assert "no environment for torch 9.9.9" in _one_error_line(
+        _rb("matrix", "9.9.9", str(VENV), envs=envs))
+    # an environment whose Python is gone
+    assert _rb("env", "create", TORCH, "--reuse", str(VENV), envs=envs).returncode == 0
+    (envs / f"torch-{TORCH}" / "bin" / "python").unlink()
+    gone = _rb("matrix", TORCH, str(VENV), "--suite", "fork_wait", envs=envs)
+    assert "cannot run the suites" in _one_error_line(gone) or \
+        "not a virtual environment" in _one_error_line(gone)
+
+
+def test_the_committed_release_matrix_renders_every_version(tmp_path):
+    """The matrix measured over three torch releases on this machine kind (results/matrix)."""
+    (path,) = sorted((ROOT / "results" / "matrix" / "amd-epyc-2c").glob("*.json"))[-1:]
+    record = json.loads(path.read_text())
+    page_file = tmp_path / "matrix.html"
+    made = _rb("report", "--matrix", str(path), "--out", str(page_file), envs=tmp_path)
+    assert made.returncode == 0, made.stderr
+    page = visit(page_file.as_uri(), "release-matrix", count=("table", "tr"))
+    assert page.console_errors == []
+    for v in record["versions"]:
+        assert f"torch {v['torch']}" in page.text
+    cases = {c for side in record["sides"].values() for c in side["cases"]}
+    assert page.counts["tr"] >= len(cases) + len(record["steps"])
+
+
+ASV_BENCH = """
+import torch
+
+class Matmul:
+    repeat = (3, 5, 2.0)
+
+    def setup(self):
+        torch.set_num_threads(1)
+        self.a = torch.randn(128, 128)
+
+    def time_mm(self):
+        torch.mm(self.a, self.a)
+
+    def track_torch_minor(self):
+        return int(torch.__version__.split(".")[1])
+"""
+
+
+@pytest.mark.slow
+def test_asv_draws_one_line_per_torch_environment(tmp_path):
+    """What `make asv-versions` does over .envs/: each environment is an asv environment of
+    its own ("existing"), filed under one commit, so the dashboard draws a line for each."""
+    envs = tmp_path / "envs"
+    assert _rb("env", "create", TORCH, "--reuse", str(VENV), envs=envs).returncode == 0
+    repo, env = asv_project.make(tmp_path, "versions", {"bench.py": ASV_BENCH})
+    asv_project.git(repo, "add", "-A")
+    asv_project.git(repo, "commit", "-qm", "bench")
+    commit = asv_project.git(repo, "rev-parse", "HEAD")
+
+    def asv(*args: str) -> subprocess.CompletedProcess:
+        return asv_project.asv(repo, env, *args)
+
+    pythons = [VENV / "bin" / "python", envs / f"torch-{TORCH}" / "bin" / "python"]
+    for python in pythons:
+        out = asv("run", "-E", f"existing:{python}", "--machine", "versions",
+                  "--set-commit-hash", commit, "--launch-method", "spawn")
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    results = [p for p in (repo / "results" / "versions").glob("*.json")
+               if p.name != "machine.json"]
+    assert len(results) == 2  # one result file per environment, for the same commit
+    pub = subprocess.run([BIN / "release-bench", "asv-publish"], cwd=repo, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert pub.returncode == 0, pub.stderr
+    with served(repo / "html") as url:
+        graph = visit(f"{url}/index.html#bench.Matmul.time_mm", "asv-versions",
+                      wait_for="canvas", count=("canvas",))
+    assert graph.console_errors == []
+    # the graph's environment selector: one entry, and one line, per torch environment
+    for python in pythons:
+        assert f"python-{python}" in graph.text, graph.text[-2000:]
