@@ -122,10 +122,12 @@ def matrix(sides: list[str], suites: list[str], run_args: list[str], rounds: int
         where = base / "rounds" / f"{suite}-{r:02d}-{labels.index(label)}"
         progress(f"[{step}/{len(plan)}] torch {versions[label]} {suite} (round {r + 1}) ...")
         t0 = time.perf_counter()
-        path = ab.run_round(pythons[label], suite, run_args, where, base / f"{label}.log")
+        # a label may be a path: the log is named by the side's position
+        log = base / "logs" / f"side-{labels.index(label)}.log"
+        path = ab.run_round(pythons[label], suite, run_args, where, log)
         if path is None:
-            raise ab.AbError(f"torch {versions[label]} wrote no run for suite {suite}; see "
-                             f"{base / f'{label}.log'}")
+            raise ab.AbError(f"torch {versions[label]} ({label}) wrote no run for suite "
+                             f"{suite}; see {log}")
         runs[label].append(records.read_run(path))
         progress(f"[{step}/{len(plan)}] done in {time.perf_counter() - t0:.0f} s")
     return judge(base, labels, versions, runs, rounds, thresholds)

@@ -123,6 +123,7 @@ def test_the_matrix_lists_a_feature_that_broke_and_a_warning_that_appeared(tmp_p
     (went,) = [c for c in step["changes"] if c["what"] == "warning went"]
     assert "`torch.jit.fork` is deprecated" in went["warning"]
     assert "pass -> fail" in out.stdout and "warning appeared" in out.stdout
+    assert sorted(p.name for p in path.parent.glob("logs/*")) == ["side-0.log", "side-1.log"]
     # the release-matrix page, in a real browser
     page_file = tmp_path / "matrix.html"
     made = _rb("report", "--matrix", str(path.parent), "--out", str(page_file),
