@@ -40,7 +40,7 @@ asv-versions: $(STAMP)
 	@status=0; for env in .envs/torch-*/; do \
 	  [ -f "$$env/release-bench-env.json" ] || continue; \
 	  echo "== asv in $$env"; \
-	  $(BIN)/asv run -E "existing:$${env}bin/python" --machine "$$($(BIN)/release-bench asv-machine)" \
+	  $(BIN)/asv run -E "existing:$(CURDIR)/$${env}bin/python" --machine "$$($(BIN)/release-bench asv-machine)" \
 	    --set-commit-hash "$$(git rev-parse HEAD)" --launch-method spawn $(ASV_ARGS) || status=1; \
 	done; $(BIN)/release-bench asv-publish; exit $$status
 

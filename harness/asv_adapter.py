@@ -115,7 +115,11 @@ class WorkloadTime:
         if params not in w.param_sets(PROFILE, device):
             raise NotAvailable(f"{self.workload} has no {param_id(params)} on {device}")
         self.device = device
-        self.statement = w.build(device, **params)
+        # an environment may lack an optional package (`env create --without-torchvision`)
+        try:
+            self.statement = w.build(device, **params)
+        except ModuleNotFoundError as e:
+            raise NotAvailable(f"{self.workload}: {e}") from e
         for _ in range(self.warmup_calls):
             self.run()
 

@@ -5,6 +5,7 @@ in a real run record with the record's own unit, and no case runs twice in one a
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 import itertools
 from pathlib import Path
@@ -142,3 +143,18 @@ def test_the_rpc_peer_outlives_asvs_samples():
         assert session._local is peer and peer.thread.is_alive()
     finally:
         session.close_local()
+
+
+def test_a_workload_whose_package_is_missing_is_skipped_not_failed(monkeypatch):
+    """An environment built without torchvision (release-bench env create
+    --without-torchvision) reports those views as n/a."""
+    view = importlib.import_module("suites.profiler.asv_bench").ProfilerStepTime
+    w = asv._definition(view.workload, "workload")
+
+    def without_torchvision(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'torchvision'", name="torchvision")
+
+    monkeypatch.setattr(asv, "_definition",
+                        lambda *_: dataclasses.replace(w, build=without_torchvision))
+    with pytest.raises(asv.NotAvailable, match="No module named 'torchvision'"):
+        view().setup(*_combinations(view)[0])
