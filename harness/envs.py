@@ -159,7 +159,7 @@ def create(version: str, *, reuse: Path | None = None, torchvision: bool = True,
         if reuse is not None:
             # the other environment's import path, in its order (its own .pth files included)
             (_site_packages(python) / "release_bench_reuse.pth").write_text(
-                "".join(f"{p}\n" for p in _import_path(_python_of(reuse))))
+                "".join(f"{p}\n" for p in _import_path(_reused_python(reuse))))
         else:
             log(f"installing torch=={version}"
                 + (" and the torchvision that pins it" if torchvision else ""))
@@ -186,11 +186,13 @@ def create(version: str, *, reuse: Path | None = None, torchvision: bool = True,
         raise
 
 
-def _python_of(spec: Path) -> Path:
-    python = spec / "bin" / "python" if spec.is_dir() else spec
-    if not python.exists():
-        raise EnvError(f"{spec}: not a virtual environment (no bin/python)")
-    return python
+def _reused_python(spec: Path) -> Path:
+    from harness.ab import AbError, python_of
+
+    try:
+        return python_of(str(spec))
+    except AbError as e:
+        raise EnvError(str(e)) from e
 
 
 def _read(marker: Path) -> TorchEnv:

@@ -146,14 +146,14 @@ def judge(base: Path, labels: list[str], versions: dict[str, str],
         changes = compare.compare_runs(merged[prev], merged[this],
                                        {**compare.AB_THRESHOLDS, **(thresholds or {})},
                                        replicates=ab.round_values(runs[prev], runs[this]))
-        headline_ids = {(h["case"], h["name"], repr(sorted(h["labels"].items())))
-                        for h in summary[this]["headlines"]}
+        headline_ids = {(h["case"], compare.metric_key(h)) for h in summary[this]["headlines"]}
         steps.append({
             "from": prev, "to": this, "counts": compare.counts(changes),
             "verdicts": [c.to_json() for c in changes if c.verdict in ("regression",
                                                                        "improvement")],
             "headline_verdicts": [c.to_json() for c in changes
-                                  if (c.case, c.metric, repr(sorted(c.labels.items())))
+                                  if (c.case, compare.metric_key({"name": c.metric,
+                                                                  "labels": c.labels}))
                                   in headline_ids],
             "changes": outcome_changes(summary[prev], summary[this], prev, this)})
     record = {"schema": SCHEMA, "machine": machine.fingerprint(), "started": merged[

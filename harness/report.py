@@ -148,13 +148,16 @@ def _run_view(i: int, run: dict, known: dict) -> dict[str, Any]:
     }
 
 
+def _templates() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                              undefined=jinja2.StrictUndefined, trim_blocks=True,
+                              lstrip_blocks=True)
+
+
 def build(runs: list[dict], title: str = "torch-release-bench report") -> str:
     """The page for `runs` (which it leaves as they are)."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True,
-                             lstrip_blocks=True)
     known = _suites()
-    return env.get_template("report.html.j2").render(
+    return _templates().get_template("report.html.j2").render(
         title=title, runs=[_run_view(i, r, known) for i, r in enumerate(runs)])
 
 
@@ -202,10 +205,7 @@ def _matrix_view(record: dict) -> dict[str, Any]:
 
 def build_matrix(record: dict, title: str = "torch release matrix") -> str:
     """The release-matrix page for a `release-bench matrix` record."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True,
-                             lstrip_blocks=True)
-    return env.get_template("matrix.html.j2").render(title=title, m=_matrix_view(record))
+    return _templates().get_template("matrix.html.j2").render(title=title, m=_matrix_view(record))
 
 
 def latest_runs(root: str | Path) -> list[Path]:
