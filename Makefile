@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: bench test lint asv asv-versions report clean-venv
+.PHONY: bench test lint asv asv-versions asv-envs report clean-venv
 
 $(STAMP): requirements.txt requirements-base.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,9 +34,17 @@ asv: $(STAMP)
 	  --set-commit-hash "$$(git rev-parse HEAD)" --launch-method spawn $(ASV_ARGS)
 	$(BIN)/release-bench asv-publish
 
-# asv over the torch versions of .envs/ (release-bench env create VERSION): each environment
-# is one asv environment ("existing"), so the dashboard draws one line per torch version
+# asv over the torch release axis, in asv's own terms: asv.versions.conf.json lists one
+# virtualenv per torch version (asv builds them under .asv/env-versions), so the dashboard
+# draws one line per torch version
 asv-versions: $(STAMP)
+	$(BIN)/asv run --config asv.versions.conf.json --machine "$$($(BIN)/release-bench asv-machine)" \
+	  --launch-method spawn $(ASV_ARGS) HEAD^!; status=$$?; \
+	$(BIN)/release-bench asv-publish; exit $$status
+
+# the same axis over the environments `release-bench env create VERSION` built in .envs/
+# (no second copy of each torch): each is one asv environment ("existing")
+asv-envs: $(STAMP)
 	@status=0; for env in .envs/torch-*/; do \
 	  [ -f "$$env/release-bench-env.json" ] || continue; \
 	  echo "== asv in $$env"; \

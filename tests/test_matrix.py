@@ -200,7 +200,7 @@ class Matmul:
 
 @pytest.mark.slow
 def test_asv_draws_one_line_per_torch_environment(tmp_path):
-    """What `make asv-versions` does over .envs/: each environment is an asv environment of
+    """What `make asv-envs` does over .envs/: each environment is an asv environment of
     its own ("existing"), filed under one commit, so the dashboard draws a line for each."""
     envs = tmp_path / "envs"
     assert _rb("env", "create", TORCH, "--reuse", str(VENV), envs=envs).returncode == 0
