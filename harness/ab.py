@@ -7,7 +7,8 @@ suite's rounds lie minutes apart and each side goes first in half of them. A pas
 the machine (a neighbour busy for a minute, the page cache) then falls on one round of both
 sides, not on two rounds of one side, and the variance between processes, which dominates on a
 shared machine, is sampled on each side. Each side's rounds are merged into one run (samples
-pooled, contended rounds left out), and the two merged runs are judged by `harness.compare`.
+pooled, contended rounds left out), and the two merged runs are judged by `harness.compare`,
+each metric on its rounds' B/A ratios (`round_values`).
 """
 
 from __future__ import annotations
@@ -150,24 +151,40 @@ def merge_runs(runs: list[dict]) -> dict:
     return merged
 
 
-def _values(runs: list[dict]) -> dict[tuple, list[float]]:
-    """Each metric's value in each valid round: one value per fresh process."""
-    out: dict[tuple, list[float]] = {}
+def _values(runs: list[dict]) -> dict[tuple, dict[int, float]]:
+    """Each metric's value in each valid round, by round (the run's place among this side's
+    runs of its suite): one value per fresh process."""
+    out: dict[tuple, dict[int, float]] = {}
+    seen: dict[str, int] = {}  # suite -> runs of it so far
     for run in runs:
+        suites = {e["suite"] for e in run["results"]}
         for e in run["results"]:
             if compare._invalid(e):
                 continue
             for m in e["metrics"]:
                 if m.get("value") is not None:
                     out.setdefault((compare.result_key(e), compare.metric_key(m)),
-                                   []).append(m["value"])
+                                   {})[seen.get(e["suite"], 0)] = m["value"]
+        for suite in suites:
+            seen[suite] = seen.get(suite, 0) + 1
     return out
 
 
 def round_values(a_runs: list[dict], b_runs: list[dict]) -> compare.Replicates:
-    """The spread between processes, for compare: each side's per-round values."""
+    """The spread between processes, for compare: each side's per-round values, paired by
+    round where both sides have at least two rounds in common. A round runs both sides back
+    to back, so a state of the machine that lasts minutes moves both alike: a GEMM's time
+    varies 10% from process to process here, its B/A ratio within a round 4%."""
     a, b = _values(a_runs), _values(b_runs)
-    return {k: (a[k], b[k]) for k in a.keys() & b.keys()}
+    out: compare.Replicates = {}
+    for k in a.keys() & b.keys():
+        common = sorted(a[k].keys() & b[k].keys())
+        if len(common) >= 2:
+            out[k] = compare.RoundValues([a[k][r] for r in common], [b[k][r] for r in common],
+                                         paired=True)
+        else:
+            out[k] = compare.RoundValues(list(a[k].values()), list(b[k].values()))
+    return out
 
 
 def ab(a: str, b: str, suites: list[str], run_args: list[str], rounds: int, out_dir: Path,

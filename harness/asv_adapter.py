@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import torch
 
 from harness import machine, records, registry, runner
-from harness.cases import Case, Params, Workload, metric_id, param_id
+from harness.cases import Case, Params, Skip, Workload, metric_id, param_id
 from harness.timing import synchronize
 
 # asv tracks the quick grid: the one `make asv` gets through in minutes on a small machine
@@ -115,10 +115,11 @@ class WorkloadTime:
         if params not in w.param_sets(PROFILE, device):
             raise NotAvailable(f"{self.workload} has no {param_id(params)} on {device}")
         self.device = device
-        # an environment may lack an optional package (`env create --without-torchvision`)
+        # an environment may lack an optional package (`env create --without-torchvision`):
+        # the import fails, or the suite's own guard says so with a Skip
         try:
             self.statement = w.build(device, **params)
-        except ModuleNotFoundError as e:
+        except (ImportError, Skip) as e:
             raise NotAvailable(f"{self.workload}: {e}") from e
         for _ in range(self.warmup_calls):
             self.run()

@@ -66,11 +66,21 @@ def _threshold(text: str) -> tuple[str, float]:
 
 
 def _add_selection(parser: argparse.ArgumentParser) -> None:
-    """--suite, --case and --profile: what `run` and `ab` measure."""
+    """--suite, --case, --skip and --profile: what `run`, `ab` and `matrix` measure."""
     parser.add_argument("--suite", action="append", metavar="S",
                         help="a suite to run (repeatable; default: all)")
     parser.add_argument("--case", metavar="TEXT", help="only cases whose name contains TEXT")
+    parser.add_argument("--skip", action="append", default=[], metavar="TEXT",
+                        help="leave out cases whose name contains TEXT (repeatable), e.g. "
+                             "clean_exit: its 20 fresh processes per suite are most of a "
+                             "quick run's time")
     parser.add_argument("--profile", default="quick", choices=PROFILES)
+
+
+def _run_args(args) -> list[str]:
+    """The selection options of `ab` and `matrix`, passed on to each round's `run`."""
+    return (["--profile", args.profile] + (["--case", args.case] if args.case else [])
+            + [a for text in args.skip for a in ("--skip", text)])
 
 
 def _selected_suites(args) -> list[str]:
@@ -247,7 +257,7 @@ def _cmd_run(args, hosts: list[dict] | None = None) -> int:
     suites = [registry.load(n) for n in _selected_suites(args)]
     devices = _devices(args.device, args.dry_run)
     overrides = dict(args.param)
-    planned = runner.plan(suites, args.profile, devices, args.case, overrides)
+    planned = runner.plan(suites, args.profile, devices, args.case, overrides, args.skip)
     notes = []
     if hosts is not None:
         one_host = [p for p in planned if "one_host" in p.case.needs]
@@ -257,7 +267,7 @@ def _cmd_run(args, hosts: list[dict] | None = None) -> int:
         for line in notes:
             print(line, file=sys.stderr)
     if not planned:
-        raise UsageError("nothing to run: no case matches the given suite, case and device")
+        raise UsageError("nothing to run: no case matches the given suite, case, skip and device")
     known = {k for p in planned for k in (*p.params, *p.case.options)}
     if unknown_params := sorted(set(overrides) - known):
         raise UsageError(f"no case to run takes parameter {unknown_params[0]!r} "
@@ -494,7 +504,7 @@ def _cmd_ab(args) -> int:
     if not args.judge and not (args.a and args.b):
         raise UsageError("ab needs two environments, A and B (or --judge AB_DIR)")
     history = _ab_history(args)
-    run_args = ["--profile", args.profile] + (["--case", args.case] if args.case else [])
+    run_args = _run_args(args)
     try:
         if args.judge:
             res = ab.judge(Path(args.judge), dict(args.threshold), history)
@@ -521,7 +531,7 @@ def _cmd_matrix(args) -> int:
     suites = _selected_suites(args)
     if args.rounds < 1:
         raise UsageError(f"--rounds must be at least 1, got {args.rounds}")
-    run_args = ["--profile", args.profile] + (["--case", args.case] if args.case else [])
+    run_args = _run_args(args)
     try:
         res = matrix.matrix(args.sides, suites, run_args, args.rounds, Path(args.out),
                             lambda s: print(s, file=sys.stderr, flush=True),

@@ -13,9 +13,11 @@ regresses only when all three hold:
   process to process), which on a shared machine dwarfs the spread within a run. That spread
   comes from the machine's history (`--history`, by default the baseline's folder of runs) or
   from `ab`'s rounds; a t-test on log values with the variance moderated towards the
-  family's (the same figure at other sizes), as limma does, since two or three runs cannot
-  estimate a metric's own spread. Since a past regression must not count as noise for ever,
-  the history of each metric starts at the last step asv's step detection finds.
+  family's (the same figure at other sizes), as limma does, since a few runs cannot estimate
+  a metric's own spread. `ab`'s rounds run both sides back to back, so they are judged in
+  pairs, on each round's B/A ratio, in which the machine's state of those minutes cancels.
+  Since a past regression must not count as noise for ever, the history of each metric
+  starts at the last step asv's step detection finds.
 
 Both tests are combined (the larger p-value) and corrected for the number of metrics tested
 (Benjamini-Hochberg at a false-discovery rate of 5%). Improvements are judged the same way.
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -77,7 +79,9 @@ class Change:
     baseline: float | None
     candidate: float | None
     factor: float | None  # candidate / baseline
-    interval: list[float | None] | None  # confidence interval of the factor
+    # confidence interval of the factor: from the spread between runs when it is known
+    # (history, ab's rounds), else from the two runs' samples (see `decide`)
+    interval: list[float | None] | None
     pvalue: float | None  # the two-sample test's, before correction
     adjusted: float | None = None  # after the false-discovery-rate correction
     verdict: str = "unchanged"
@@ -157,10 +161,19 @@ def compare_metric(case: str, a: dict, b: dict, thresholds: dict[str, float],
     return c
 
 
-# (result key, metric key) -> run-level values of the baseline side, and of the candidate
-# side (None: the candidate run's own value). From history: the earlier runs and the
-# candidate; from `ab`: each side's rounds, one value per fresh process.
-Replicates = dict[tuple[str, tuple[str, str]], tuple[list[float], list[float] | None]]
+class RoundValues(NamedTuple):
+    """A metric's run-level values: from history, the earlier runs (candidate None: the
+    candidate run's own value); from `ab`, each side's rounds, one value per fresh process."""
+
+    baseline: list[float]
+    candidate: list[float] | None
+    # baseline[i] and candidate[i] ran in one round, back to back: judged by their ratios
+    paired: bool = False
+
+
+# (result key, metric key) -> that metric's run-level values (a plain (baseline, candidate)
+# pair is read as unpaired RoundValues)
+Replicates = dict[tuple[str, tuple[str, str]], RoundValues | tuple]
 
 
 def _family(c: Change) -> tuple[str, str]:
@@ -182,27 +195,37 @@ def between_runs(changes: list[Change], replicates: Replicates,
     machine's history) keeps a metric's prior spread at least what its history showed: a
     figure that flips between two levels from one process to the next (a small autocast
     GEMM here: 0.13 or 0.20 ms) can look steady in ab's few rounds."""
-    groups: dict[tuple[str, str], list[list[list[float]]]] = {}
+    # a family lends its spread to members judged the same way: paired rounds (the spread of
+    # B/A ratios) or not (the spread of each side's values)
+    groups: dict[tuple[str, str, bool], list[list[list[float]]]] = {}
     sides = {}
     for i, c in enumerate(changes):
         rep = replicates.get((c.case, (c.metric, repr(sorted(c.labels.items())))))
         if rep is None or c.candidate is None or c.kind in NO_RELATIVE_SPREAD:
             continue
-        a, b = rep
+        a, b, paired = RoundValues(*rep)
         b = b if b is not None else [c.candidate]
         if min(a + b, default=0) <= 0:
             continue  # log values: a figure at or below zero has no relative spread
-        sides[i] = (a, b)
-        groups.setdefault(_family(c), []).append([a, b])
+        family = (*_family(c), paired)
+        sides[i] = (a, b, family)
+        ratios = [y / x for x, y in zip(a, b, strict=True)] if paired else None
+        groups.setdefault(family, []).append([ratios] if paired else [a, b])
     priors = {f: stats.family_prior(g) for f, g in groups.items()}
     out = {}
-    for i, (a, b) in sides.items():
+    for i, (a, b, family) in sides.items():
         c = changes[i]
-        prior = priors[_family(c)]
+        paired = family[2]
+        prior = priors[family]
         floor = (floors or {}).get((c.case, (c.metric, repr(sorted(c.labels.items())))))
         if floor is not None:
+            # the history's variance is of one run's value; a ratio of two has twice that
+            floor = 2 * floor if paired else floor
             prior = floor if prior is None else max(prior, floor)
-        res = stats.moderated_test(a, b, prior)
+        if paired:
+            res = stats.moderated_paired_test(a, b, prior)
+        else:
+            res = stats.moderated_test(a, b, prior)
         if res is not None:
             out[i] = (*res, a)
     return out
@@ -216,6 +239,18 @@ def decide(changes: list[Change], replicates: Replicates | None,
     against the spread between runs (`replicates`). Without replicates the spread between
     runs is unknown: a change past the tolerance is then unverified, not a verdict."""
     between = between_runs(changes, replicates, floors) if replicates else {}
+    for i, (_, se, df, _) in between.items():
+        # The samples' interval misses the spread between processes, which the verdict
+        # weighs: it would show 1.14x [1.11, 1.17] beside "unchanged". The interval of a
+        # factor judged against that spread is the factor times exp(+-t se), se being the
+        # standard error of the log change between runs; it contains the factor by
+        # construction (the samples' bootstrap estimates another statistic, the pooled
+        # quantile, and could lie beside it: 1.44x [1.40, 1.43]).
+        c = changes[i]
+        if c.factor and c.factor > 0:
+            half = stats.t_quantile((1 + stats.CI_LEVEL) / 2, df) * se
+            c.extra["interval_within_runs"] = c.interval
+            c.interval = [c.factor * math.exp(-half), c.factor * math.exp(half)]
     tested = [i for i, c in enumerate(changes)
               if c.pvalue is not None and c.verdict == "unchanged" and not c.why]
     combined = []

@@ -51,8 +51,10 @@ def plan(
     devices: Iterable[str],
     case_filter: str | None = None,
     overrides: Params | None = None,
+    skip: Iterable[str] = (),
 ) -> list[Planned]:
-    """Every (case, device, params) of the given suites that this run will execute.
+    """Every (case, device, params) of the given suites that this run will execute: the
+    cases whose name contains `case_filter` (all by default) and no text of `skip`.
 
     `overrides` (the CLI's --param) set the parameters a case has in its sets or names in
     its `options`; sets that become identical are run once.
@@ -61,6 +63,8 @@ def plan(
     for suite in suites:
         for case in suite.cases:
             if case_filter and case_filter not in case.name:
+                continue
+            if any(text in case.name for text in skip):
                 continue
             for device in devices:
                 if device not in case.devices:

@@ -163,6 +163,15 @@ def family_prior(groups: Sequence[Sequence[Sequence[float]]]) -> float | None:
     return float(np.quantile(variances, FAMILY_QUANTILE))
 
 
+def _moderated(ss: float, df: int, prior_var: float | None,
+               prior_df: float) -> tuple[float, float] | None:
+    """(variance, degrees of freedom) from a sum of squares on `df` degrees of freedom, shrunk
+    towards `prior_var` as if it were `prior_df` more; None when there is no spread at all."""
+    if prior_var is None:
+        return (ss / df, float(df)) if df else None
+    return (prior_df * prior_var + ss) / (prior_df + df), prior_df + df
+
+
 def moderated_test(a: Sequence[float], b: Sequence[float], prior_var: float | None,
                    prior_df: float = PRIOR_DF) -> tuple[float, float, float] | None:
     """Two-sample t-test on log values, one value per run or process, with the variance
@@ -175,18 +184,36 @@ def moderated_test(a: Sequence[float], b: Sequence[float], prior_var: float | No
     if x.size == 0 or y.size == 0:
         return None
     ss = float(((x - x.mean()) ** 2).sum() + ((y - y.mean()) ** 2).sum())
-    df = x.size + y.size - 2
-    if prior_var is None:
-        if df == 0:
-            return None
-        var, dof = ss / df, float(df)
-    else:
-        var, dof = (prior_df * prior_var + ss) / (prior_df + df), prior_df + df
+    if (moderated := _moderated(ss, x.size + y.size - 2, prior_var, prior_df)) is None:
+        return None
+    var, dof = moderated
     se = float(np.sqrt(var * (1 / x.size + 1 / y.size)))
     if se == 0:
         return (0.0 if y.mean() != x.mean() else 1.0), 0.0, dof
     t = (y.mean() - x.mean()) / se
     return float(2 * sps.t.sf(abs(t), dof)), se, dof
+
+
+def moderated_paired_test(a: Sequence[float], b: Sequence[float], prior_var: float | None,
+                          prior_df: float = PRIOR_DF) -> tuple[float, float, float] | None:
+    """The same test on rounds that ran both sides back to back: a one-sample t-test on the
+    log ratios b[i] / a[i], whose variance is moderated towards the family's variance of such
+    ratios (`prior_var`). What a round shares (the machine's state for a few minutes) cancels
+    in its ratio.
+
+    Returns (two-sided p-value, standard error of the log change, degrees of freedom), or None
+    when neither the rounds nor the family give any spread."""
+    d = np.log(np.asarray(b, dtype=float)) - np.log(np.asarray(a, dtype=float))
+    if d.size == 0:
+        return None
+    ss = float(((d - d.mean()) ** 2).sum())
+    if (moderated := _moderated(ss, d.size - 1, prior_var, prior_df)) is None:
+        return None
+    var, dof = moderated
+    se = float(np.sqrt(var / d.size))
+    if se == 0:
+        return (0.0 if d.mean() != 0 else 1.0), 0.0, dof
+    return float(2 * sps.t.sf(abs(d.mean() / se), dof)), se, dof
 
 
 def t_quantile(p: float, df: float) -> float:

@@ -97,6 +97,32 @@ def test_a_real_slowdown_is_a_regression_with_its_interval():
     assert compare.fmt_change(changes["t"]).startswith(f"{changes['t'].factor:.3g}x [")
 
 
+def test_the_interval_is_the_factors_and_carries_the_spread_between_runs():
+    """ab's figures: each side's value is the median of its rounds' values, its samples the
+    rounds' pooled. The rounds wander 10% from process to process while each round's samples
+    are tight, so the samples' interval alone would be narrow and could miss the factor; the
+    interval shown is the factor's, as wide as the rounds' spread makes it."""
+    rng = np.random.default_rng(7)
+    a_rounds, b_rounds = [1.0, 1.12, 0.93], [1.18, 1.02, 1.3]
+    changes = []
+    for i in range(4):  # a family of four such figures, as the sizes of one GEMM
+        def side(levels, i=i):
+            xs = [x for lv in levels for x in _samples(rng, lv, n=20, spread=0.01)]
+            return _metric("t", xs, value=float(np.median(levels)), labels={"n": i})
+        changes.append((side(a_rounds), side(b_rounds)))
+    a = _run([m for m, _ in changes])
+    b = _run([m for _, m in changes])
+    key = compare.result_key(a["results"][0])
+    reps = {(key, compare.metric_key(m)): (a_rounds, b_rounds) for m, _ in changes}
+    for c in compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps):
+        lo, hi = c.interval
+        assert lo < c.factor < hi
+        assert hi / lo > 1.2  # the rounds' spread, not the samples'
+        within_lo, within_hi = c.extra["interval_within_runs"]
+        assert within_hi / within_lo < 1.2
+        assert lo < 1.0 and c.verdict == "unchanged"  # the interval says why
+
+
 def test_without_a_spread_between_runs_a_change_is_unverified():
     """Two runs alone cannot tell a regression from run-to-run noise: no verdict."""
     rng = np.random.default_rng(3)
@@ -252,6 +278,53 @@ def test_in_ab_the_history_keeps_a_flipping_metric_from_looking_steady():
     judged = {c.labels["i"]: c for c in compare.compare_runs(a, b, replicates=reps,
                                                              history=history)}
     assert judged["flips"].verdict == "unchanged"
+
+
+def _rounds(levels: list[float], rng, change: float = 1.0, members: int = 6) -> list[dict]:
+    """One side's rounds of a family of figures (a GEMM at six sizes): each round's level is
+    the machine's state then, shared by both sides of the round."""
+    return [_run([_metric("t", _samples(rng, lv * change, n=20, spread=0.005), labels={"i": i})
+                  for i in range(members)]) for lv in levels]
+
+
+def test_ab_judges_each_round_by_its_own_ratio():
+    """The machine's state moves both sides of a round alike (here by up to 25% from round to
+    round), so a true 10% slowdown hides in the spread of each side's values but not in the
+    rounds' B/A ratios."""
+    from harness import ab
+
+    levels = [1.0, 1.25, 0.9, 1.15, 0.95]
+    rng = np.random.default_rng(12)
+    a_rounds, b_rounds = _rounds(levels, rng), _rounds(levels, rng, change=1.1)
+    reps = ab.round_values(a_rounds, b_rounds)
+    assert all(r.paired for r in reps.values())
+    a, b = ab.merge_runs(a_rounds), ab.merge_runs(b_rounds)
+    paired = compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps)
+    assert {c.verdict for c in paired} == {"regression"}
+    for c in paired:
+        assert c.interval[0] > 1.05 and c.interval[0] < c.factor < c.interval[1]
+    unpaired = {k: compare.RoundValues(r.baseline, r.candidate) for k, r in reps.items()}
+    assert {c.verdict for c in compare.compare_runs(a, b, compare.AB_THRESHOLDS,
+                                                    replicates=unpaired)} == {"unchanged"}
+
+
+def test_ab_pairs_rounds_by_round_when_one_is_left_out():
+    """A contended round on one side is left out; the others keep their partners (a shift by
+    one would pair the states of different rounds)."""
+    from harness import ab
+
+    rng = np.random.default_rng(13)
+    levels = [1.0, 1.3, 0.8, 1.2]
+    a_rounds, b_rounds = _rounds(levels, rng), _rounds(levels, rng)
+    for e in a_rounds[1]["results"]:
+        e["telemetry"] = {"valid": False, "invalid_reasons": ["host busy"]}
+    reps = ab.round_values(a_rounds, b_rounds)
+    for r in reps.values():
+        assert r.paired and len(r.baseline) == 3
+        assert np.allclose(r.baseline, r.candidate, rtol=0.02)  # rounds 0, 2, 3 with theirs
+    changes = compare.compare_runs(ab.merge_runs(a_rounds), ab.merge_runs(b_rounds),
+                                   compare.AB_THRESHOLDS, replicates=reps)
+    assert compare.counts(changes)["regression"] == compare.counts(changes)["improvement"] == 0
 
 
 @pytest.mark.parametrize("rounds, order", [(1, "AB"), (2, "ABBA"), (3, "ABBAAB")])

@@ -230,3 +230,24 @@ def test_asv_draws_one_line_per_torch_environment(tmp_path):
     # the graph's environment selector: one entry, and one line, per torch environment
     for python in pythons:
         assert f"python-{python}" in graph.text, graph.text[-2000:]
+
+
+def test_the_asv_version_axis_builds_one_environment_per_torch_release():
+    """asv.versions.conf.json, read by asv itself: one virtualenv per torch release, each
+    torch pinned with the torchvision that pins it back, and none without a torch (asv's
+    matrix product would otherwise add a bare environment, whose pip resolves the newest
+    torch)."""
+    from asv import config, environment
+
+    conf = config.Config.load(str(ROOT / "asv.versions.conf.json"))
+    envs = list(environment.get_environments(conf, None))
+    torches = [e._requirements.get("torch") for e in envs]
+    assert None not in torches and len(set(torches)) == len(torches) >= 3
+    assert {e.tool_name for e in envs} == {"virtualenv"}
+    for e in envs:
+        tv = e._requirements.get("torchvision")
+        if tv is not None:  # torchvision 0.N.x pins torch 2.(N-15).x
+            assert int(tv.split(".")[1]) - 15 == int(e._requirements["torch"].split(".")[1])
+    # the project goes in without its dependencies: pyproject's unpinned torchvision would
+    # replace the pinned torch
+    assert all("--no-deps" in cmd for cmd in conf.install_command if "{wheel_file}" in cmd)

@@ -184,7 +184,8 @@ def test_asv_compare_flags_the_planted_slowdown_and_publishes_a_working_dashboar
                      count=(".benchmark-container",))
         graph = visit(f"{url}/index.html#bench.Matmul.time_planted", "asv-graph",
                       wait_for="canvas", count=("canvas",))
-    assert page.console_errors == [] and graph.console_errors == []
+    assert page.console_errors == [] and graph.console_errors == [], (page.console_errors,
+                                                                      graph.console_errors)
     assert page.title == "airspeed velocity of an unladen planted"
     for section in ("Benchmark grid", "Benchmark list", "Regressions", "time_planted",
                     "time_unchanged"):

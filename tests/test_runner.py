@@ -121,6 +121,14 @@ def test_plan_expands_devices_and_filters():
         ("on_every_device", "cpu"), ("on_every_device", "cuda")]
 
 
+def test_plan_leaves_out_skipped_cases():
+    planned = runner.plan([demo], "quick", ["cpu"], skip=["measures", "fails"])
+    names = [p.case.name for p in planned]
+    assert "passes" in names and "raises" in names
+    assert not [n for n in names if "measures" in n or "fails" in n]
+    assert len(names) == len(runner.plan([demo], "quick", ["cpu"])) - 3
+
+
 def test_interrupted_run_keeps_finished_cases(tmp_path):
     interrupt = Suite("interrupt", feature="f", status="beta", summary="s")
 

@@ -9,7 +9,8 @@ measured in.
 Anything that cannot be read (no GPU, no NVML library, no permission, a MIG slice, a GPU lost
 mid-run, no RAPL, no CPU steal counter) is recorded as "unavailable: <reason>" and the run
 goes on. A case is invalid when the GPU throttled, another process used the GPU, other
-processes kept the host busy, or the hypervisor stole more than 10% of CPU time (sampler.py).
+processes kept the host busy (on average, or for a second in a row), or the hypervisor stole
+more than 10% of CPU time (sampler.py).
 """
 
 from __future__ import annotations

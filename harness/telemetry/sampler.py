@@ -16,6 +16,13 @@ from harness.telemetry.nvml import NvmlReader, throttling_reasons
 HOST_BUSY_PCT = 50.0
 # ...judged only over this many samples at least (the first covers the gap before the case).
 HOST_BUSY_MIN_SAMPLES = 5
+# A neighbour that is busy for part of a long case dilutes into a mean below that limit, yet
+# slows the figures measured meanwhile tenfold (an rpc round trip here: 4 s at 60-100% of a
+# core, in a 39 s case with a mean of 38%). So other processes above HOST_BUSY_PCT for this
+# long without a break also make a case invalid. Our own process starts and worker spawns
+# show as one or two samples above it (a worker is not yet in our process tree), never a
+# second in a row.
+HOST_BUSY_SPAN_S = 1.0
 # CPU steal (time the hypervisor gave this VM's runnable vCPUs to someone else) above this
 # share of all CPU time makes a case invalid. Wall-clock timings of CPU-bound code stretch by
 # about 1 / (1 - steal on the cores they use); with one of two cores busy and the other idle,
@@ -54,6 +61,19 @@ def _steal_pct(rows: list[dict[str, Any]]) -> tuple[float | None, float]:
     if total <= 0:
         return None, 0.0
     return 100.0 * (read[-1]["cpu_steal_s"] - read[0]["cpu_steal_s"]) / total, total
+
+
+def _longest_span_s(times: list[float], values: list[float], limit: float) -> float:
+    """The longest stretch of time (seconds, from sample to sample) over which every sample of
+    `values` is above `limit`."""
+    longest, start = 0.0, None
+    for t, v in zip(times, values, strict=True):
+        if v > limit:
+            start = t if start is None else start
+            longest = max(longest, t - start)
+        else:
+            start = None
+    return longest
 
 
 def _steal_series(rows: list[dict[str, Any]]) -> list[float | None]:
@@ -129,9 +149,15 @@ class Sampler:
             host["cpu_steal_pct"] = steal
         invalid: list[str] = []
         judged = len(h) - 1 >= HOST_BUSY_MIN_SAMPLES
+        busy_s = _longest_span_s(self.times[1:], [r["other_cpu_pct"] for r in h[1:]],
+                                 HOST_BUSY_PCT)
+        host["other_cpu_busy_span_s"] = round(busy_s, 2)
         if judged and (host["other_cpu_mean_pct"] or 0) > HOST_BUSY_PCT:
             invalid.append(f"host busy: other processes used {host['other_cpu_mean_pct']:.0f}% "
                            f"of a core on average")
+        elif judged and busy_s >= HOST_BUSY_SPAN_S:
+            invalid.append(f"host busy: other processes used more than {HOST_BUSY_PCT:.0f}% of "
+                           f"a core for {busy_s:.1f} s in a row")
         if steal is not None and steal_cpu_s >= STEAL_MIN_CPU_S and steal > STEAL_PCT:
             invalid.append(f"heavy steal: the hypervisor took {steal:.0f}% of CPU time "
                            f"(limit {STEAL_PCT:.0f}%)")
