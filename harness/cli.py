@@ -192,9 +192,11 @@ def _build_parser() -> argparse.ArgumentParser:
                                           "(default 0.05 for every kind)")
     mx = sub.add_parser("matrix", help="the release checklist and headline figures across "
                                        "torch versions, interleaved; exit 1 on a change")
-    mx.add_argument("sides", metavar="ENV", nargs="+",
+    mx.add_argument("sides", metavar="ENV", nargs="*",
                     help="a torch version with an environment in .envs/ (release-bench env "
                          "create), or a venv folder or Python executable; oldest first")
+    mx.add_argument("--judge", metavar="MATRIX_DIR",
+                    help="give the verdicts again from an earlier matrix's stored rounds")
     _add_selection(mx)
     mx.add_argument("--rounds", type=int, default=2, metavar="K",
                     help="fresh processes per environment and suite (default 2), the order "
@@ -532,10 +534,15 @@ def _cmd_matrix(args) -> int:
     if args.rounds < 1:
         raise UsageError(f"--rounds must be at least 1, got {args.rounds}")
     run_args = _run_args(args)
+    if not args.judge and len(args.sides) < 2:
+        raise UsageError("matrix needs at least two environments (or --judge MATRIX_DIR)")
     try:
-        res = matrix.matrix(args.sides, suites, run_args, args.rounds, Path(args.out),
-                            lambda s: print(s, file=sys.stderr, flush=True),
-                            dict(args.threshold))
+        if args.judge:
+            res = matrix.judge_again(Path(args.judge), dict(args.threshold))
+        else:
+            res = matrix.matrix(args.sides, suites, run_args, args.rounds, Path(args.out),
+                                lambda s: print(s, file=sys.stderr, flush=True),
+                                dict(args.threshold))
     except ab.AbError as e:
         raise UsageError(f"matrix: {e}") from e
     for v in res["versions"]:

@@ -147,7 +147,14 @@ def compare_metric(case: str, a: dict, b: dict, thresholds: dict[str, float],
         pvalue = stats.rate_pvalue(sa, sb)
     elif not invalid and sa and sb:
         lo, hi = stats.quantile_ratio_ci(sa, sb, q)
-        interval = [lo, hi] if lo is not None and min(sa + sb) > 0 else None
+        if lo is not None and min(sa + sb) > 0:
+            # The bootstrap bounds the samples' own ratio; the factor shown is of the reported
+            # values, which need not be the samples' quantile (ab's merged value is the median
+            # of its rounds' values, a speedup is a ratio of medians). Its interval is the
+            # bootstrap's, relative to the samples' ratio, around the factor.
+            own = float(np.quantile(sb, q) / np.quantile(sa, q))
+            scale = factor / own if factor and own > 0 else 1.0
+            interval = [lo * scale, None if hi is None else hi * scale]
         pvalue = stats.shift_pvalue(sa, sb, q)
     c = Change(case, b["name"], dict(b.get("labels") or {}), b["unit"], kind, va, vb, factor,
                interval, pvalue, beyond=_beyond(kind, better, va, vb, thresholds))

@@ -18,6 +18,7 @@ The merged runs and the rounds stay beside it for `report`, `compare` and `ab --
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable
@@ -131,6 +132,22 @@ def matrix(sides: list[str], suites: list[str], run_args: list[str], rounds: int
         runs[label].append(records.read_run(path))
         progress(f"[{step}/{len(plan)}] done in {time.perf_counter() - t0:.0f} s")
     return judge(base, labels, versions, runs, rounds, thresholds)
+
+
+def judge_again(base: Path, thresholds: dict[str, float] | None = None) -> dict[str, Any]:
+    """The verdicts of an earlier matrix from its stored rounds (`<base>/rounds/`), e.g. after
+    `compare` changed; its matrix.json is rewritten."""
+    try:
+        meta = json.loads((base / "matrix.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ab.AbError(f"{base}: not a matrix folder ({e})") from e
+    labels = [v["label"] for v in meta["versions"]]
+    runs: dict[str, list[dict]] = {label: [] for label in labels}
+    for folder in sorted((base / "rounds").iterdir()):  # suite-round-side: rounds in order
+        runs[labels[int(folder.name.rsplit("-", 1)[1])]].append(
+            records.read_run(records.resolve_run(folder)))
+    return judge(base, labels, {v["label"]: v["torch"] for v in meta["versions"]}, runs,
+                 meta["rounds"], thresholds)
 
 
 def judge(base: Path, labels: list[str], versions: dict[str, str],

@@ -123,6 +123,19 @@ def test_the_interval_is_the_factors_and_carries_the_spread_between_runs():
         assert lo < 1.0 and c.verdict == "unchanged"  # the interval says why
 
 
+def test_a_factor_of_values_that_are_not_the_samples_quantile_lies_in_its_interval():
+    """ab's merged value is the median of its rounds' values, not the quantile of the pooled
+    samples; without a spread between runs (a kind judged on its samples alone) the samples'
+    bootstrap still bounds the factor shown, not another statistic."""
+    rng = np.random.default_rng(14)
+    sa, sb = _samples(rng, 1.0, n=60, spread=0.02), _samples(rng, 1.3, n=60, spread=0.02)
+    a = _metric("t", sa, value=1.2)  # the rounds' median, beside the samples' 1.0
+    b = _metric("t", sb, value=1.3)
+    c = compare.compare_metric("s/c[cpu default]", a, b, compare.DEFAULT_THRESHOLDS)
+    lo, hi = c.interval
+    assert lo < c.factor < hi and c.factor == pytest.approx(1.3 / 1.2)
+
+
 def test_without_a_spread_between_runs_a_change_is_unverified():
     """Two runs alone cannot tell a regression from run-to-run noise: no verdict."""
     rng = np.random.default_rng(3)

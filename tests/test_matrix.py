@@ -124,6 +124,10 @@ def test_the_matrix_lists_a_feature_that_broke_and_a_warning_that_appeared(tmp_p
     assert "`torch.jit.fork` is deprecated" in went["warning"]
     assert "pass -> fail" in out.stdout and "warning appeared" in out.stdout
     assert sorted(p.name for p in path.parent.glob("logs/*")) == ["side-0.log", "side-1.log"]
+    # the verdicts again from the stored rounds, without measuring: the same changes
+    again = _rb("matrix", "--judge", str(path.parent), envs=tmp_path / "envs")
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert json.loads(path.read_text())["steps"][0]["changes"] == step["changes"]
     # the release-matrix page, in a real browser
     page_file = tmp_path / "matrix.html"
     made = _rb("report", "--matrix", str(path.parent), "--out", str(page_file),
@@ -155,6 +159,8 @@ def test_bad_input_to_the_matrix_is_one_line(tmp_path):
     envs = tmp_path / "envs"
     assert "at least two" in _one_error_line(_rb("matrix", str(VENV), envs=envs))
     assert "named twice" in _one_error_line(_rb("matrix", str(VENV), str(VENV), envs=envs))
+    assert "not a matrix folder" in _one_error_line(
+        _rb("matrix", "--judge", str(tmp_path), envs=envs))
     assert "no environment for torch 9.9.9" in _one_error_line(
         _rb("matrix", "9.9.9", str(VENV), envs=envs))
     # an environment whose Python is gone
