@@ -173,8 +173,8 @@ def _values(runs: list[dict]) -> dict[tuple, dict[int, float]]:
 def round_values(a_runs: list[dict], b_runs: list[dict]) -> compare.Replicates:
     """The spread between processes, for compare: each side's per-round values, paired by
     round where both sides have at least two rounds in common. A round runs both sides back
-    to back, so a state of the machine that lasts minutes moves both alike: a GEMM's time
-    varies 10% from process to process here, its B/A ratio within a round 4%."""
+    to back, so a state of the machine that lasts minutes moves both alike (in one A/A here a
+    GEMM's time varied 10% from process to process, its B/A ratio within a round 4%)."""
     a, b = _values(a_runs), _values(b_runs)
     out: compare.Replicates = {}
     for k in a.keys() & b.keys():
