@@ -216,6 +216,16 @@ def ab(a: str, b: str, suites: list[str], run_args: list[str], rounds: int, out_
     return judge(base, thresholds, history)
 
 
+def load_rounds(base: Path) -> dict[str, list[dict]]:
+    """The stored runs of `<base>/rounds/<suite>-<round>-<side>`, by side, each side's in round
+    order (what `round_values` pairs by)."""
+    out: dict[str, list[dict]] = {}
+    for folder in sorted((base / "rounds").iterdir()):
+        out.setdefault(folder.name.rsplit("-", 1)[1], []).append(
+            records.read_run(records.resolve_run(folder)))
+    return out
+
+
 def judge(base: Path, thresholds: dict[str, float] | None = None,
           history: list[dict] | None = None) -> dict[str, Any]:
     """The verdicts of an A/B comparison from its stored rounds: each side merged, judged
@@ -224,10 +234,7 @@ def judge(base: Path, thresholds: dict[str, float] | None = None,
         meta = json.loads((base / "ab.json").read_text())
     except (OSError, ValueError) as e:
         raise AbError(f"{base}: not an ab folder ({e})") from e
-    rounds_of: dict[str, list[dict]] = {"A": [], "B": []}
-    for folder in sorted((base / "rounds").iterdir()):
-        rounds_of[folder.name.rsplit("-", 1)[1]].append(
-            records.read_run(records.resolve_run(folder)))
+    rounds_of = {"A": [], "B": [], **load_rounds(base)}
     merged = {side: merge_runs(runs) for side, runs in rounds_of.items()}
     versions = {side: meta[side]["torch"] for side in merged}
     for side in merged:

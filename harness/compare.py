@@ -178,9 +178,8 @@ class RoundValues(NamedTuple):
     paired: bool = False
 
 
-# (result key, metric key) -> that metric's run-level values (a plain (baseline, candidate)
-# pair is read as unpaired RoundValues)
-Replicates = dict[tuple[str, tuple[str, str]], RoundValues | tuple]
+# (result key, metric key) -> that metric's run-level values
+Replicates = dict[tuple[str, tuple[str, str]], RoundValues]
 
 
 def _family(c: Change) -> tuple[str, str]:
@@ -210,7 +209,7 @@ def between_runs(changes: list[Change], replicates: Replicates,
         rep = replicates.get((c.case, (c.metric, repr(sorted(c.labels.items())))))
         if rep is None or c.candidate is None or c.kind in NO_RELATIVE_SPREAD:
             continue
-        a, b, paired = RoundValues(*rep)
+        a, b, paired = rep
         b = b if b is not None else [c.candidate]
         if min(a + b, default=0) <= 0:
             continue  # log values: a figure at or below zero has no relative spread
@@ -355,8 +354,8 @@ def _current_segment(values: list[float]) -> list[float]:
 def history_floors(runs: list[dict]) -> dict:
     """Each metric's variance of log values over the history (at least 3 runs)."""
     out = {}
-    for key, (values, _) in history_replicates(runs).items():
-        x = np.log([v for v in values if v > 0])
+    for key, rep in history_replicates(runs).items():
+        x = np.log([v for v in rep.baseline if v > 0])
         if x.size >= 3:
             out[key] = float(np.var(x, ddof=1))
     return out
@@ -373,7 +372,7 @@ def history_replicates(runs: list[dict]) -> Replicates:
             for m in e["metrics"]:
                 if m.get("value") is not None and math.isfinite(m["value"]):
                     series.setdefault((result_key(e), metric_key(m)), []).append(m["value"])
-    return {k: (_current_segment(v), None) for k, v in series.items()}
+    return {k: RoundValues(_current_segment(v), None) for k, v in series.items()}
 
 
 # --- machines -----------------------------------------------------------------------------

@@ -142,10 +142,8 @@ def judge_again(base: Path, thresholds: dict[str, float] | None = None) -> dict[
     except (OSError, ValueError) as e:
         raise ab.AbError(f"{base}: not a matrix folder ({e})") from e
     labels = [v["label"] for v in meta["versions"]]
-    runs: dict[str, list[dict]] = {label: [] for label in labels}
-    for folder in sorted((base / "rounds").iterdir()):  # suite-round-side: rounds in order
-        runs[labels[int(folder.name.rsplit("-", 1)[1])]].append(
-            records.read_run(records.resolve_run(folder)))
+    by_side = ab.load_rounds(base)  # sides are named by their position among the labels
+    runs = {label: by_side.get(str(i), []) for i, label in enumerate(labels)}
     return judge(base, labels, {v["label"]: v["torch"] for v in meta["versions"]}, runs,
                  meta["rounds"], thresholds)
 

@@ -113,7 +113,8 @@ def test_the_interval_is_the_factors_and_carries_the_spread_between_runs():
     a = _run([m for m, _ in changes])
     b = _run([m for _, m in changes])
     key = compare.result_key(a["results"][0])
-    reps = {(key, compare.metric_key(m)): (a_rounds, b_rounds) for m, _ in changes}
+    reps = {(key, compare.metric_key(m)): compare.RoundValues(a_rounds, b_rounds)
+            for m, _ in changes}
     for c in compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps):
         lo, hi = c.interval
         assert lo < c.factor < hi
