@@ -63,6 +63,10 @@ class Metric:
     samples: list[float] | None = None  # what the value was computed from (thinned)
     stats: dict[str, Any] | None = None  # harness.stats.summarize of the samples
     headline: bool = False  # shown first in summaries (the figure the case exists for)
+    # the figure in each of the case's sessions, where a case measures in several
+    # independent sessions within its processes (fresh RPC groups, see suites/rpc/measure.py):
+    # their spread is the figure's spread at the level where it arises
+    sessions: list[float] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name}
@@ -75,6 +79,8 @@ class Metric:
             d["samples"] = self.samples
         if self.headline:
             d["headline"] = True
+        if self.sessions is not None:
+            d["sessions"] = self.sessions
         return d
 
 
@@ -150,14 +156,18 @@ class Context:
     def metric(self, name: str, value: float | None, unit: str, *,
                labels: Mapping[str, Any] | None = None, samples: Any = None,
                q: float = 0.5, ci: tuple[float | None, float | None] | None = None,
-               count: int | None = None, **kw: Any) -> Metric:
+               count: int | None = None, sessions: Sequence[float] | None = None,
+               **kw: Any) -> Metric:
         """Record a figure. With `samples` (a Timing or the values the figure was computed
         from) the record keeps them and their statistics: the `q` quantile's interval, or
-        `ci` for a derived figure whose interval comes from its inputs."""
+        `ci` for a derived figure whose interval comes from its inputs. `sessions` is the
+        figure in each independent session of the case (see Metric)."""
         from harness import stats
 
         m = Metric(name, None if value is None else float(value), unit,
                    labels=dict(labels or {}), **kw)
+        if sessions is not None:
+            m.sessions = [float(x) for x in sessions]
         if samples is not None:
             xs = _samples_of(samples)
             m.samples = stats.thin(xs)

@@ -7,7 +7,7 @@ Layout (field names are a contract other tools read; add, never rename):
      "command": [...], "notes": [...], "interrupted": true/false,
      "results": [{"suite", "case", "kind", "device", "params", "outcome", "reason",
                   "metrics": [{"name", "labels"?, "value", "unit", "kind", "better",
-                               "stats"?, "samples"?}],
+                               "stats"?, "samples"?, "sessions"?}],
                   "checks": [{"name", "passed", "detail", "performance"?}], "notes": [...],
                   "tables": {name: [row, ...]}, "details": {...},
                   "telemetry": {...}, "started", "elapsed_s"}]}
@@ -48,6 +48,8 @@ _METRIC = {
         "kind": {"type": "string"},
         "better": {"enum": ["higher", "lower", None]},
         "stats": {"type": ["object", "null"]},
+        # the figure in each independent session of its case (added in schema 2, optional)
+        "sessions": {"type": "array", "items": {"type": "number"}},
     },
 }
 

@@ -46,9 +46,14 @@ def rendezvous_url(port: int = 0) -> str:
 
 @contextlib.contextmanager
 def joined(rank: int, world: int, name: str, options: rpc.TensorPipeRpcBackendOptions,
-           gloo_timeout: timedelta | None = None) -> Iterator[Membership]:
+           gloo_timeout: timedelta | None = None, session: int = 0) -> Iterator[Membership]:
     """Be RPC worker `name` (rank `rank` of `world`) inside the block; with `gloo_timeout`,
     also a member of a Gloo process group over the same rendezvous.
+
+    The same workers may join again after leaving, `session` counting how many times they
+    have (every worker must count alike). torch keeps each init_rpc's keys apart in the
+    store itself; a Gloo group after the first gets its own key prefix, since the keys of
+    the one destroyed before it are still in the store.
 
     Leaving normally is a graceful shutdown, which waits until every worker has left, so a
     worker that only serves can simply leave at once and keep serving until the others are
@@ -62,9 +67,14 @@ def joined(rank: int, world: int, name: str, options: rpc.TensorPipeRpcBackendOp
     peer" under load. The launcher (or the process that started a local peer) hosts it
     instead, and leaves last.
     """
-    if gloo_timeout is not None:
+    if gloo_timeout is not None and session == 0:
         dist.init_process_group("gloo", init_method=options.init_method, rank=rank,
                                 world_size=world, timeout=gloo_timeout)
+    elif gloo_timeout is not None:
+        store, _, _ = next(dist.rendezvous(options.init_method, rank, world,
+                                           timeout=gloo_timeout))
+        dist.init_process_group("gloo", store=dist.PrefixStore(f"gloo_session_{session}", store),
+                                rank=rank, world_size=world, timeout=gloo_timeout)
     member = Membership(rank, world)
     try:
         rpc.init_rpc(name, rank=rank, world_size=world, rpc_backend_options=options)

@@ -74,6 +74,26 @@ def gloo_allreduce(rank, world):
     return t.item()
 
 
+def rejoin_three_times(rank, world):
+    """Join the same RPC and Gloo group three times in a row, using both each time."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import rpc
+
+    from harness import rpc_group
+
+    got = []
+    for session in range(3):
+        options = rpc.TensorPipeRpcBackendOptions(init_method=rpc_group.rendezvous_url())
+        with rpc_group.joined(rank, world, f"w{rank}", options, dist.default_pg_timeout,
+                              session=session):
+            t = torch.tensor([float(rank + 1 + 10 * session)])
+            dist.all_reduce(t)
+            other = rpc.rpc_sync(f"w{1 - rank}", torch.add, args=(torch.tensor([rank]), session))
+            got.append((t.item(), other.item()))
+    return got
+
+
 def warn_and_return(rank, world):
     import warnings
 
@@ -121,6 +141,14 @@ def test_returns_values_by_rank_with_loopback_env():
 
 def test_real_gloo_process_group_on_loopback():
     assert launch(gloo_allreduce, 2, timeout_s=120) == [3.0, 3.0]
+
+
+def test_workers_join_the_same_rpc_and_gloo_group_again_session_after_session():
+    """Measurements pool fresh sessions of one pair of processes (suites/rpc/measure.py): a
+    Gloo group after the first must not meet the keys its predecessor left in the store."""
+    out = launch(rejoin_three_times, 2, timeout_s=120)
+    assert out[0] == [(3.0, 0.0), (23.0, 1.0), (43.0, 2.0)]
+    assert out[1] == [(3.0, 1.0), (23.0, 2.0), (43.0, 3.0)]
 
 
 def test_worker_exception_names_rank_type_and_message():

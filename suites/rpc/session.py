@@ -52,9 +52,10 @@ class GroupSpec:
 
 
 @contextlib.contextmanager
-def joined(rank: int, world: int, spec: GroupSpec) -> Iterator[rpc_group.Membership]:
-    """Be `worker{rank}` of a `world`-worker RPC group (and Gloo group) inside the block
-    (`harness.rpc_group.joined`, which says how leaving works)."""
+def joined(rank: int, world: int, spec: GroupSpec,
+           session: int = 0) -> Iterator[rpc_group.Membership]:
+    """Be `worker{rank}` of a `world`-worker RPC group (and Gloo group) inside the block, for
+    the `session`-th time (`harness.rpc_group.joined`, which says how leaving works)."""
     opts = rpc.TensorPipeRpcBackendOptions(
         init_method=rpc_group.rendezvous_url(spec.port),
         num_worker_threads=spec.num_worker_threads,
@@ -68,7 +69,8 @@ def joined(rank: int, world: int, spec: GroupSpec) -> Iterator[rpc_group.Members
             if other != rank:
                 opts.set_device_map(worker_name(other), {0: 0})
     gloo_timeout = dist.default_pg_timeout if spec.gloo else None
-    with rpc_group.joined(rank, world, worker_name(rank), opts, gloo_timeout) as member:
+    with rpc_group.joined(rank, world, worker_name(rank), opts, gloo_timeout,
+                           session) as member:
         yield member
 
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed import rpc
@@ -60,28 +61,47 @@ SAMPLERS: dict[str, Callable[[str, int], measure.Sampler]] = {
 def round_trip(rank: int, world: int, spec: GroupSpec, path_names: list[str],
                sizes: list[int], plan: measure.Plan, in_flight: int,
                throughput_s: float) -> dict[str, Any] | None:
-    """Rank 0: per payload size, sample every path interleaved, in two passes; and, when
-    `throughput_s` > 0, time `in_flight` calls made with rpc_async against rpc_sync."""
-    with joined(rank, world, spec):
-        if rank != 0:
-            return None
-        with session.client(spec.device) as s:
-            out: dict[str, Any] = {"sizes": {}}
-            for nbytes in sizes:
-                samplers = {p: SAMPLERS[p](spec.device, nbytes) for p in path_names}
-                passes = measure.sample_interleaved(samplers, plan)
-                entry: dict[str, Any] = {
-                    p: measure.summarize([ps[p] for ps in passes]) for p in path_names}
-                if throughput_s > 0 and nbytes <= ASYNC_MAX_BYTES:
-                    t = timing.measure_interleaved(
-                        {"rpc_sync": paths.tensorpipe_sync_batch(spec.device, nbytes, in_flight),
-                         "rpc_async": paths.tensorpipe_async(spec.device, nbytes, in_flight)},
-                        device=spec.device, min_run_time=throughput_s)
-                    entry["in_flight"] = {k: v.stats() for k, v in t.items()}
-                out["sizes"][nbytes] = entry
-                s.release()
-            out["sockets"] = session.transports_seen()
-            return out
+    """Rank 0: in each of `plan.sessions` fresh RPC sessions (see measure), per payload size,
+    sample every path interleaved; and, when `throughput_s` > 0, time `in_flight` calls made
+    with rpc_async against rpc_sync. Every figure pools the sessions."""
+    latency = {n: {p: [] for p in path_names} for n in sizes}
+    # each session's timed blocks of the in-flight calls
+    flight: dict[int, dict[str, list[list[float]]]] = {n: {"rpc_sync": [], "rpc_async": []}
+                                                       for n in sizes if n <= ASYNC_MAX_BYTES}
+    sockets: dict[str, int] = {}
+    for k in range(plan.sessions):
+        with joined(rank, world, spec, session=k):
+            if rank != 0:
+                continue  # serve this session until rank 0 leaves it
+            with session.client(spec.device) as s:
+                for nbytes in sizes:
+                    samplers = {p: SAMPLERS[p](spec.device, nbytes) for p in path_names}
+                    for p, got in measure.sample_interleaved(samplers, plan, seed=k).items():
+                        latency[nbytes][p].append(got)
+                    if throughput_s > 0 and nbytes in flight:
+                        t = timing.measure_interleaved(
+                            {"rpc_sync": paths.tensorpipe_sync_batch(spec.device, nbytes,
+                                                                     in_flight),
+                             "rpc_async": paths.tensorpipe_async(spec.device, nbytes, in_flight)},
+                            device=spec.device, min_run_time=throughput_s / plan.sessions,
+                            # the sessions' blocks are pooled: together they make the minimum
+                            min_blocks=-(-timing.MIN_BLOCKS // plan.sessions))
+                        for name, timed in t.items():
+                            flight[nbytes][name].append(list(timed.times))
+                    s.release()
+                sockets = session.transports_seen()
+    if rank != 0:
+        return None
+    out: dict[str, Any] = {"sizes": {}, "sockets": sockets}
+    for nbytes in sizes:
+        entry: dict[str, Any] = {p: measure.summarize(latency[nbytes][p]) for p in path_names}
+        if throughput_s > 0 and nbytes in flight:
+            entry["in_flight"] = {
+                name: {**timing.Timing.from_samples([x for b in blocks for x in b], name).stats(),
+                       "session_medians": [float(np.median(b)) for b in blocks]}
+                for name, blocks in flight[nbytes].items()}
+        out["sizes"][nbytes] = entry
+    return out
 
 
 # --- conformance: values --------------------------------------------------------------------
