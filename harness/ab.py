@@ -98,11 +98,13 @@ def run_round(python: Path, suite: str, args: list[str], out: Path, log: Path) -
 
 def _merge_metric(ms: list[dict]) -> dict:
     """Several rounds' figures of one metric as one: the median of the rounds' values, their
-    samples pooled."""
+    samples and sessions pooled."""
     first = ms[0]
-    out = {k: v for k, v in first.items() if k not in ("samples", "stats", "value")}
+    out = {k: v for k, v in first.items() if k not in ("samples", "stats", "value", "sessions")}
     values = [m["value"] for m in ms if m.get("value") is not None]
     out["value"] = float(np.median(values)) if values else None
+    if any(m.get("sessions") for m in ms):
+        out["sessions"] = [x for m in ms for x in (m.get("sessions") or [])]
     pooled = [x for m in ms for x in (m.get("samples") or [])]
     if pooled:
         q = float((first.get("stats") or {}).get("q", 0.5))
@@ -151,10 +153,11 @@ def merge_runs(runs: list[dict]) -> dict:
     return merged
 
 
-def _values(runs: list[dict]) -> dict[tuple, dict[int, float]]:
+def _values(runs: list[dict]) -> dict[tuple, dict[int, tuple[float, list[float] | None]]]:
     """Each metric's value in each valid round, by round (the run's place among this side's
-    runs of its suite): one value per fresh process."""
-    out: dict[tuple, dict[int, float]] = {}
+    runs of its suite): one value per fresh process, with the figure in each of that
+    process's sessions where the case measures in sessions."""
+    out: dict[tuple, dict[int, tuple[float, list[float] | None]]] = {}
     seen: dict[str, int] = {}  # suite -> runs of it so far
     for run in runs:
         suites = {e["suite"] for e in run["results"]}
@@ -163,27 +166,45 @@ def _values(runs: list[dict]) -> dict[tuple, dict[int, float]]:
                 continue
             for m in e["metrics"]:
                 if m.get("value") is not None:
-                    out.setdefault((compare.result_key(e), compare.metric_key(m)),
-                                   {})[seen.get(e["suite"], 0)] = m["value"]
+                    out.setdefault((compare.result_key(e), compare.metric_key(m)), {})[
+                        seen.get(e["suite"], 0)] = (m["value"], m.get("sessions"))
         for suite in suites:
             seen[suite] = seen.get(suite, 0) + 1
     return out
+
+
+def within_rounds(a: list[list[float] | None],
+                  b: list[list[float] | None]) -> tuple[float, float] | None:
+    """(variance, degrees of freedom) of a round's log ratio B/A as the sessions predict it:
+    the sessions' variance of log values, pooled over every round of both sides, over the
+    sessions a side's figure pools (sum of 1/n for the two sides, averaged over rounds).
+    None unless every round of both sides has at least two sessions."""
+    sides = [*a, *b]
+    if not sides or any(s is None or len(s) < 2 or min(s) <= 0 for s in sides):
+        return None
+    ss = sum(float(((np.log(s) - np.log(s).mean()) ** 2).sum()) for s in sides)
+    df = sum(len(s) - 1 for s in sides)
+    per_round = float(np.mean([1 / len(x) + 1 / len(y) for x, y in zip(a, b, strict=True)]))
+    return ss / df * per_round, float(df)
 
 
 def round_values(a_runs: list[dict], b_runs: list[dict]) -> compare.Replicates:
     """The spread between processes, for compare: each side's per-round values, paired by
     round where both sides have at least two rounds in common. A round runs both sides back
     to back, so a state of the machine that lasts minutes moves both alike (in one A/A here a
-    GEMM's time varied 10% from process to process, its B/A ratio within a round 4%)."""
+    GEMM's time varied 10% from process to process, its B/A ratio within a round 4%). A figure
+    measured in sessions also brings the spread its sessions predict for a round's ratio."""
     a, b = _values(a_runs), _values(b_runs)
     out: compare.Replicates = {}
     for k in a.keys() & b.keys():
         common = sorted(a[k].keys() & b[k].keys())
         if len(common) >= 2:
-            out[k] = compare.RoundValues([a[k][r] for r in common], [b[k][r] for r in common],
-                                         paired=True)
+            out[k] = compare.RoundValues(
+                [a[k][r][0] for r in common], [b[k][r][0] for r in common], paired=True,
+                within=within_rounds([a[k][r][1] for r in common], [b[k][r][1] for r in common]))
         else:
-            out[k] = compare.RoundValues(list(a[k].values()), list(b[k].values()))
+            out[k] = compare.RoundValues([v for v, _ in a[k].values()],
+                                         [v for v, _ in b[k].values()])
     return out
 
 

@@ -176,6 +176,9 @@ class RoundValues(NamedTuple):
     candidate: list[float] | None
     # baseline[i] and candidate[i] ran in one round, back to back: judged by their ratios
     paired: bool = False
+    # (variance, degrees of freedom) of a round's log ratio as the metric's own sessions
+    # within the rounds predict it (ab.round_values), for a figure measured in sessions
+    within: tuple[float, float] | None = None
 
 
 # (result key, metric key) -> that metric's run-level values
@@ -209,32 +212,47 @@ def between_runs(changes: list[Change], replicates: Replicates,
         rep = replicates.get((c.case, (c.metric, repr(sorted(c.labels.items())))))
         if rep is None or c.candidate is None or c.kind in NO_RELATIVE_SPREAD:
             continue
-        a, b, paired = rep
+        a, b, paired, within = rep
         b = b if b is not None else [c.candidate]
         if min(a + b, default=0) <= 0:
             continue  # log values: a figure at or below zero has no relative spread
         family = (*_family(c), paired)
-        sides[i] = (a, b, family)
+        sides[i] = (a, b, family, within)
         ratios = [y / x for x, y in zip(a, b, strict=True)] if paired else None
         groups.setdefault(family, []).append([ratios] if paired else [a, b])
     priors = {f: stats.family_prior(g) for f, g in groups.items()}
     out = {}
-    for i, (a, b, family) in sides.items():
+    for i, (a, b, family, within) in sides.items():
         c = changes[i]
         paired = family[2]
-        prior = priors[family]
+        prior, prior_df = priors[family], stats.PRIOR_DF
+        if paired and within is not None and not _rounds_exceed(a, b, within):
+            # the metric's own spread, from its sessions: what its family's spread (raw TCP
+            # and Gloo latencies beside TensorPipe's) says of it is then beside the point
+            prior, prior_df = within
         floor = (floors or {}).get((c.case, (c.metric, repr(sorted(c.labels.items())))))
         if floor is not None:
             # the history's variance is of one run's value; a ratio of two has twice that
             floor = 2 * floor if paired else floor
             prior = floor if prior is None else max(prior, floor)
         if paired:
-            res = stats.moderated_paired_test(a, b, prior)
+            res = stats.moderated_paired_test(a, b, prior, prior_df)
         else:
-            res = stats.moderated_test(a, b, prior)
+            res = stats.moderated_test(a, b, prior, prior_df)
         if res is not None:
             out[i] = (*res, a)
     return out
+
+
+def _rounds_exceed(a: list[float], b: list[float], within: tuple[float, float]) -> bool:
+    """Whether the rounds' log ratios vary more than the sessions within them predict (a
+    one-sided F-test at 5%): then something between processes adds spread the sessions do
+    not see, and the metric is judged with its family's spread instead."""
+    d = np.log(np.asarray(b, dtype=float) / np.asarray(a, dtype=float))
+    var, df = within
+    if d.size < 2 or var <= 0:
+        return d.size >= 2
+    return stats.variance_exceeds(float(np.var(d, ddof=1)), d.size - 1, var, df)
 
 
 def decide(changes: list[Change], replicates: Replicates | None,

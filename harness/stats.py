@@ -216,5 +216,12 @@ def moderated_paired_test(a: Sequence[float], b: Sequence[float], prior_var: flo
     return float(2 * sps.t.sf(abs(d.mean() / se), dof)), se, dof
 
 
+def variance_exceeds(var: float, df: int, expected: float, expected_df: float,
+                     alpha: float = 0.05) -> bool:
+    """Whether a variance on `df` degrees of freedom is significantly larger than an
+    expected one estimated on `expected_df` (one-sided F-test)."""
+    return bool(sps.f.sf(var / expected, df, expected_df) < alpha)
+
+
 def t_quantile(p: float, df: float) -> float:
     return float(sps.t.ppf(p, df))

@@ -404,3 +404,63 @@ def test_ab_rejects_an_environment_that_cannot_run_the_suites(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "not a virtual environment" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def _latency_rounds(rng, rounds: int, change: float = 1.0, session_sd: float = 0.05,
+                    process_sd: float = 0.0) -> list[dict]:
+    """One side's rounds of a latency family like rpc/round_trip's: "steady" is measured in six
+    sessions per process whose levels scatter by `session_sd` (and by `process_sd` from one
+    process to the next); four raw-socket floors, without sessions, jump 40% between rounds."""
+    out = []
+    for _ in range(rounds):
+        level = change * rng.lognormal(0.0, process_sd)
+        sessions = list(level * rng.lognormal(0.0, session_sd, 6))
+        ctx = Context("cpu", "quick", {})
+        ctx.metric("p50", float(np.exp(np.log(sessions).mean())), "s", kind="latency",
+                   better="lower", labels={"path": "steady"},
+                   samples=[x for s in sessions for x in _samples(rng, s, n=20, spread=0.01)],
+                   sessions=sessions)
+        for i in range(4):
+            ctx.metric("p50", float(rng.lognormal(0.0, 0.4)), "s", kind="latency",
+                       better="lower", labels={"path": f"floor{i}"},
+                       samples=_samples(rng, rng.lognormal(0.0, 0.4), n=60, spread=0.01))
+        out.append(_run([m.to_json() for m in ctx.metrics]))
+    return out
+
+
+def _steady(a_rounds: list[dict], b_rounds: list[dict], keep_sessions: bool = True):
+    from harness import ab
+
+    reps = ab.round_values(a_rounds, b_rounds)
+    if not keep_sessions:
+        reps = {k: r._replace(within=None) for k, r in reps.items()}
+    changes = compare.compare_runs(ab.merge_runs(a_rounds), ab.merge_runs(b_rounds),
+                                   compare.AB_THRESHOLDS, replicates=reps)
+    return next(c for c in changes if c.labels["path"] == "steady"), changes
+
+
+def test_a_figure_measured_in_sessions_is_judged_by_its_own_spread_not_its_familys():
+    """Five rounds a side: a 15% slowdown of a figure whose sessions scatter 5% is caught by
+    its sessions' spread; judged by its family's (noisy raw-socket floors beside it), as
+    before sessions, it is not."""
+    rng = np.random.default_rng(21)
+    a_rounds, b_rounds = _latency_rounds(rng, 5), _latency_rounds(rng, 5, change=1.15)
+    steady, changes = _steady(a_rounds, b_rounds)
+    assert steady.verdict == "regression" and steady.interval[0] > 1.05
+    assert compare.counts(changes)["regression"] == 1  # the floors, unchanged, stay unflagged
+    assert _steady(a_rounds, b_rounds, keep_sessions=False)[0].verdict == "unchanged"
+
+
+def test_sessions_that_understate_the_spread_between_processes_are_not_trusted():
+    """A figure whose level is drawn per process (30%) while its sessions agree to 1%: its
+    rounds vary more than its sessions predict, so it falls back on its family's spread and
+    an A/A check flags nothing."""
+    rng = np.random.default_rng(22)
+    a_rounds = _latency_rounds(rng, 5, session_sd=0.01, process_sd=0.3)
+    b_rounds = _latency_rounds(rng, 5, session_sd=0.01, process_sd=0.3)
+    from harness import ab
+
+    rep = next(r for k, r in ab.round_values(a_rounds, b_rounds).items() if "steady" in k[1][1])
+    assert rep.within is not None and compare._rounds_exceed(*rep[:2], rep.within)
+    steady, changes = _steady(a_rounds, b_rounds)
+    assert compare.counts(changes)["regression"] == compare.counts(changes)["improvement"] == 0
