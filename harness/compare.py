@@ -250,8 +250,10 @@ def _rounds_exceed(a: list[float], b: list[float], within: tuple[float, float]) 
     not see, and the metric is judged with its family's spread instead."""
     d = np.log(np.asarray(b, dtype=float) / np.asarray(a, dtype=float))
     var, df = within
-    if d.size < 2 or var <= 0:
-        return d.size >= 2
+    if var <= 0:
+        return True  # sessions that agree exactly predict nothing
+    if d.size < 2:
+        return False  # no spread of the rounds to hold against theirs
     return stats.variance_exceeds(float(np.var(d, ddof=1)), d.size - 1, var, df)
 
 
