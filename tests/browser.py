@@ -43,9 +43,15 @@ class PageVisit:
 
 
 def visit(url: str, name: str, count: tuple[str, ...] = (), wait_for: str | None = None,
-          ) -> PageVisit:
+          then_hash: str | None = None) -> PageVisit:
     """Load `url`, wait for the network to settle (and `wait_for` to appear), collect console
-    errors and uncaught exceptions, count elements, and save a full-page screenshot."""
+    errors and uncaught exceptions, count elements, and save a full-page screenshot.
+
+    `then_hash` opens an in-page address after the page has settled, as a reader following a
+    link does (`wait_for` then applies to it). asv's pages need this for a graph: opened
+    cold from a deep link, flot sometimes draws before the page has its width ("Invalid
+    dimensions for plot, width = 0", once in about ten runs here), a race in asv's page.
+    """
     from playwright.sync_api import sync_playwright
 
     errors: list[str] = []
@@ -58,6 +64,9 @@ def visit(url: str, name: str, count: tuple[str, ...] = (), wait_for: str | None
             page.on("response", lambda r: errors.append(f"HTTP {r.status}: {r.url}")
                     if r.status >= 400 else None)
             page.goto(url, wait_until="networkidle")
+            if then_hash:
+                page.evaluate("h => { window.location.hash = h; }", then_hash)
+                page.wait_for_load_state("networkidle")
             if wait_for:
                 page.wait_for_selector(wait_for, timeout=20_000)
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)

@@ -230,8 +230,8 @@ def test_asv_draws_one_line_per_torch_environment(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert pub.returncode == 0, pub.stderr
     with served(repo / "html") as url:
-        graph = visit(f"{url}/index.html#bench.Matmul.time_mm", "asv-versions",
-                      wait_for="canvas", count=("canvas",))
+        graph = visit(f"{url}/index.html", "asv-versions", then_hash="bench.Matmul.time_mm",
+                      wait_for="#main-graph canvas", count=("#main-graph canvas",))
     assert graph.console_errors == []
     # the graph's environment selector: one entry, and one line, per torch environment
     for python in pythons:

@@ -182,8 +182,8 @@ def test_asv_compare_flags_the_planted_slowdown_and_publishes_a_working_dashboar
     with served(repo / "html") as url:
         page = visit(f"{url}/index.html", "asv-dashboard", wait_for="text=time_planted",
                      count=(".benchmark-container",))
-        graph = visit(f"{url}/index.html#bench.Matmul.time_planted", "asv-graph",
-                      wait_for="canvas", count=("canvas",))
+        graph = visit(f"{url}/index.html", "asv-graph", then_hash="bench.Matmul.time_planted",
+                      wait_for="#main-graph canvas", count=("#main-graph canvas",))
     assert page.console_errors == [] and graph.console_errors == [], (page.console_errors,
                                                                       graph.console_errors)
     assert page.title == "airspeed velocity of an unladen planted"
@@ -191,5 +191,5 @@ def test_asv_compare_flags_the_planted_slowdown_and_publishes_a_working_dashboar
                     "time_unchanged"):
         assert section in page.text
     assert page.counts[".benchmark-container"] == 2
-    assert graph.counts["canvas"] >= 1  # flot drew the time_planted history
+    assert graph.counts["#main-graph canvas"] >= 1  # flot drew the time_planted history
     assert page.screenshot.exists() and graph.screenshot.exists()
