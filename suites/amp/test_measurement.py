@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 import torch
 
-from harness import launch
+from harness import launch, runner
 from suites.amp import cases, memory, oplists, training
 
 
@@ -96,3 +96,17 @@ def test_backend_flags_are_restored():
         training.CudaSettings(tf32=not before[0], cudnn_benchmark=not before[1]).apply()
         assert torch.backends.cuda.matmul.allow_tf32 != before[0]
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark) == before
+
+
+def test_the_measured_peak_keeps_the_samples_of_the_size_that_reached_it():
+    """A figure without samples is never judged (compare calls it unverified): the peak is
+    one size's TFLOP/s, and carries that size's samples."""
+    entry = runner.execute(cases.suite.case("gemm_ladder"), "cpu", {}, "quick")
+    for dtype in cases.GEMM_DTYPES["cpu"]:
+        peak = next(m for m in entry["metrics"] if m["name"] == "measured_peak_tflops"
+                    and m["labels"]["dtype"] == dtype)
+        sizes = [m for m in entry["metrics"] if m["name"] == "tflops"
+                 and m["labels"]["dtype"] == dtype]
+        top = max(sizes, key=lambda m: m["value"])
+        assert peak["value"] == pytest.approx(top["value"])
+        assert peak["samples"] == top["samples"] and peak["stats"]["n"] == top["stats"]["n"]
