@@ -195,6 +195,13 @@ def _family(c: Change) -> tuple[str, str]:
 # no relative spread between runs; changes past their (absolute) tolerance stay unverified
 NO_RELATIVE_SPREAD = ("error", "overhead", "value", "count", "rate")
 MAX_LOG_BAND = math.log(1000.0)  # a band wider than 1000x is reported as none
+# Rounds a figure measured in sessions needs before its sessions' spread is trusted: the
+# F-test that guards it (_rounds_exceed) has too few degrees of freedom below this to see a
+# level drawn per process that the sessions miss. Here the forced-shm launch's 4 MiB round
+# trips vary 0.7-3.1 ms between sessions of one process, and the first four A processes of an
+# A/A were all slower than the four B ones: with 3 or 4 rounds the test did not trip and the
+# A/A flagged them (4 and 6 figures); with 5 it trips.
+SESSIONS_MIN_ROUNDS = 5
 
 
 def between_runs(changes: list[Change], replicates: Replicates,
@@ -226,7 +233,8 @@ def between_runs(changes: list[Change], replicates: Replicates,
         c = changes[i]
         paired = family[2]
         prior, prior_df = priors[family], stats.PRIOR_DF
-        if paired and within is not None and not _rounds_exceed(a, b, within):
+        if (paired and within is not None and len(a) >= SESSIONS_MIN_ROUNDS
+                and not _rounds_exceed(a, b, within)):
             # the metric's own spread, from its sessions: what its family's spread (raw TCP
             # and Gloo latencies beside TensorPipe's) says of it is then beside the point
             prior, prior_df = within
