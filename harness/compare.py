@@ -199,8 +199,9 @@ MAX_LOG_BAND = math.log(1000.0)  # a band wider than 1000x is reported as none
 # F-test that guards it (_rounds_exceed) has too few degrees of freedom below this to see a
 # level drawn per process that the sessions miss. Here the forced-shm launch's 4 MiB round
 # trips vary 0.7-3.1 ms between sessions of one process, and the first four A processes of an
-# A/A were all slower than the four B ones: with 3 or 4 rounds the test did not trip and the
-# A/A flagged them (4 and 6 figures); with 5 it trips.
+# A/A were all slower than the four B ones: judged on 3 or 4 rounds the test did not trip and
+# the A/A flagged 4 and 6 of the forced-shm and forced-uv launches' 4 MiB figures; on 5 it
+# tripped.
 SESSIONS_MIN_ROUNDS = 5
 
 

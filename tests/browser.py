@@ -50,7 +50,7 @@ def visit(url: str, name: str, count: tuple[str, ...] = (), wait_for: str | None
     `then_hash` opens an in-page address after the page has settled, as a reader following a
     link does (`wait_for` then applies to it). asv's pages need this for a graph: opened
     cold from a deep link, flot sometimes draws before the page has its width ("Invalid
-    dimensions for plot, width = 0", once in about ten runs here), a race in asv's page.
+    dimensions for plot, width = 0"; seen once here), a race in asv's page.
     """
     from playwright.sync_api import sync_playwright
 

@@ -470,17 +470,14 @@ def test_with_fewer_than_five_rounds_a_figures_sessions_are_not_trusted():
     """Three rounds cannot show a level drawn per process that the sessions miss (the F-test
     would have two degrees of freedom): the figure is judged by its family, as before
     sessions, whatever its sessions say."""
+    from harness import ab
+
     rng = np.random.default_rng(21)
     a_rounds, b_rounds = _latency_rounds(rng, 3), _latency_rounds(rng, 3, change=1.15)
-    rep = next(r for k, r in _reps(a_rounds, b_rounds).items() if "steady" in k[1][1])
+    rep = next(r for k, r in ab.round_values(a_rounds, b_rounds).items()
+               if "steady" in k[1][1])
     assert rep.within is not None and not compare._rounds_exceed(*rep[:2], rep.within)
     with_sessions = _steady(a_rounds, b_rounds)[0]
     without = _steady(a_rounds, b_rounds, keep_sessions=False)[0]
     assert with_sessions.extra["se_log"] == without.extra["se_log"]
     assert with_sessions.verdict == without.verdict
-
-
-def _reps(a_rounds: list[dict], b_rounds: list[dict]):
-    from harness import ab
-
-    return ab.round_values(a_rounds, b_rounds)
