@@ -346,17 +346,22 @@ def gemm_ladder(ctx: Context) -> None:
             fns = {d: matmul(ctx.device, n, d) for d in dtypes}
             measured[n] = ctx.measure_side_by_side(fns, name="time", label="dtype",
                                                    labels={"n": n}, rounds=3, warmup=2)
-    # the best each precision reached in this run: what the ladder climbs towards
-    peak = {d: max(2 * n**3 / measured[n][d].median / 1e12 for n in sizes) for d in dtypes}
+    def tflops_of(n: int, seconds: float) -> float:
+        return 2 * n**3 / seconds / 1e12
+
+    # the best each precision reached in this run (at size top[d]): what the ladder climbs
+    # towards
+    top = {d: max(sizes, key=lambda n: tflops_of(n, measured[n][d].median)) for d in dtypes}
+    peak = {d: tflops_of(top[d], measured[top[d]][d].median) for d in dtypes}
     rows = []
     for n in sorted(sizes, reverse=True):  # the largest size first: the summary shows it
         t = measured[n]
         for d in dtypes:
             sec = t[d].median
-            tflops = 2 * n**3 / sec / 1e12
+            tflops = tflops_of(n, sec)
             ctx.metric("tflops", tflops, "TFLOP/s", kind="throughput", better="higher",
                        headline=n == max(sizes), labels={"dtype": d, "n": n},
-                       samples=[2 * n**3 / x / 1e12 for x in t[d].times])
+                       samples=[tflops_of(n, x) for x in t[d].times])
             if d != "float32":
                 ctx.ratio("speedup", t["float32"], t[d], labels={"dtype": d, "n": n})
             row = {"n": n, "dtype": d, "ms": sec * 1e3, "tflops": tflops,
@@ -369,10 +374,9 @@ def gemm_ladder(ctx: Context) -> None:
     for d in dtypes:
         # the peak is the figure of one size: its samples are that size's, so that compare
         # and ab can judge it like the others rather than call it unverified
-        top = max(sizes, key=lambda n: 2 * n**3 / measured[n][d].median)
         ctx.metric("measured_peak_tflops", peak[d], "TFLOP/s", kind="throughput",
                    better="higher", labels={"dtype": d},
-                   samples=[2 * top**3 / x / 1e12 for x in measured[top][d].times])
+                   samples=[tflops_of(top[d], x) for x in measured[top[d]][d].times])
     ctx.table("gemm", rows, show=True)
     if kind == "cpu":
         ctx.details.update(_cpu_details())

@@ -100,16 +100,15 @@ def summarize(sessions: list[np.ndarray]) -> dict[str, float | int | list[float]
     """Percentiles of all sessions together, and each session's median (seconds)."""
     samples = np.concatenate(sessions)
     p25, p50, p75, p90, p99 = np.percentile(samples, [25, 50, 75, 90, 99])
-    # each session's p50, p90 and p99 (one percentile call per session)
-    per_session = [[float(x) for x in np.percentile(p, [50, 90, 99])] for p in sessions]
-    session_p50, session_p90, session_p99 = (list(col) for col in zip(*per_session, strict=True))
+    # each session's p50, p90 and p99 (a row per session; one percentile call each)
+    per_session = np.array([np.percentile(p, [50, 90, 99]) for p in sessions])
     return {
-        "session_p90": session_p90,
-        "session_p99": session_p99,
+        "session_p90": per_session[:, 1].tolist(),
+        "session_p99": per_session[:, 2].tolist(),
         "p50": float(p50), "p90": float(p90), "p99": float(p99), "iqr": float(p75 - p25),
         "mean": float(samples.mean()), "min": float(samples.min()), "n": int(samples.size),
-        "session_p50": session_p50,
+        "session_p50": per_session[:, 0].tolist(),
         # how far apart the sessions' medians are, as a share of the smallest
-        "session_spread": float(max(session_p50) / min(session_p50) - 1.0),
+        "session_spread": float(per_session[:, 0].max() / per_session[:, 0].min() - 1.0),
         "samples": samples.tolist(),  # every call, in time order per session
     }
