@@ -183,8 +183,10 @@ def _build_parser() -> argparse.ArgumentParser:
     ab.add_argument("--judge", metavar="AB_DIR",
                     help="give the verdicts again from an earlier ab's stored rounds")
     _add_selection(ab)
-    ab.add_argument("--rounds", type=int, default=3, metavar="K",
-                    help="fresh processes per side and suite (default 3: A B, B A, A B)")
+    ab.add_argument("--rounds", type=int, default=5, metavar="K",
+                    help="fresh processes per side and suite (default 5: A B, B A, A B, B A, "
+                         "A B; from 5 on a figure measured in sessions is judged by its own "
+                         "spread)")
     ab.add_argument("--out", default="results/scratch/ab", metavar="DIR",
                     help="where both sides' runs and the comparison go")
     ab.add_argument("--threshold", action="append", default=[], metavar="KIND=TOL",

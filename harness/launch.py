@@ -102,6 +102,11 @@ def bound_store(host: str = LOOPBACK, port: int = 0,
     that address. The store owns the socket from then on.
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # A store that closed its connections first leaves them in TIME_WAIT on its port for a
+    # minute; without SO_REUSEADDR (on both, Linux asks) the next store on that port (a
+    # second run to the same --rdzv-endpoint) cannot bind. A port someone listens on is
+    # still refused.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
         sock.listen(512)  # TCPStore aborts the process if the socket is not listening yet

@@ -72,7 +72,7 @@ run_pair() {
   wait "$b" || status=$?
   if [ "$status" != 0 ]; then
     echo "netns-check: the $label run failed (status $status); logs in $dir" >&2
-    tail -5 "$dir/a.log" "$dir/b.log" >&2
+    tail -n 25 "$dir/a.log" "$dir/b.log" >&2
     exit 2
   fi
   echo "$dir/runs"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -35,6 +36,27 @@ def test_bound_store_listens_on_loopback_only():
     store.set("k", "v")
     assert store.get("k") == b"v"
     del store
+
+
+def test_a_store_binds_the_port_of_one_that_closed_first_but_not_of_a_listening_one():
+    """Two runs in a row to one --rdzv-endpoint: the first store closes its connections
+    first, which leaves them in TIME_WAIT on its port; the second must still bind there (CI
+    saw the netns check's second run fail so). A store still listening keeps the port."""
+    store, port = launch.bound_store()
+    client = socket.create_connection((launch.LOOPBACK, port), timeout=30)
+    del store  # the server closes first: the client reads the end of the stream
+    assert client.recv(1) == b""
+    client.close()
+    deadline = time.monotonic() + 10
+    while not any(c.laddr.port == port and c.status == psutil.CONN_TIME_WAIT
+                  for c in psutil.net_connections("tcp")):
+        assert time.monotonic() < deadline, "the case under test: TIME_WAIT on the store's port"
+        time.sleep(0.01)
+    again, same = launch.bound_store(port=port)
+    assert same == port
+    with pytest.raises(OSError):
+        launch.bound_store(port=port)
+    del again
 
 
 @pytest.mark.slow
