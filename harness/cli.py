@@ -401,13 +401,16 @@ def _cmd_report(args) -> int:
 
 
 def _history(spec, cand: dict, exclude: set, required: bool) -> list[dict]:
-    """The readable runs under `spec` of the candidate's machine and profile, oldest first."""
+    """The readable runs under `spec` of the candidate's machine, hardware and profile, oldest
+    first."""
     from pathlib import Path
+
+    from harness import compare
 
     root = Path(spec)
     if not root.is_dir():
         raise UsageError(f"--history {spec}: not a folder of runs")
-    runs = []
+    runs, other_hardware = [], []
     for p in sorted(root.rglob("*.json")):
         if p.resolve() in exclude:
             continue
@@ -415,9 +418,18 @@ def _history(spec, cand: dict, exclude: set, required: bool) -> list[dict]:
             run = records.read_run(p)
         except records.RecordError:
             continue  # not a run file (a comparison, a fingerprint)
-        if (run["machine"]["name"], run["profile"]) == (cand["machine"]["name"],
+        if (run["machine"]["name"], run["profile"]) != (cand["machine"]["name"],
                                                         cand["profile"]):
+            continue
+        # A machine name can outlive its hardware (a VM moved to another host CPU): runs of
+        # other hardware would set the noise floor from figures this one does not produce.
+        if differ := compare.machine_differences(run["machine"], cand["machine"]):
+            other_hardware.append(differ[0])
+        else:
             runs.append(run)
+    if other_hardware:
+        print(f"history: {len(other_hardware)} run(s) of {cand['machine']['name']} on other "
+              f"hardware left out ({other_hardware[-1]})")
     if not runs and required:
         raise UsageError(f"--history {spec}: no runs of machine {cand['machine']['name']}, "
                          f"profile {cand['profile']}")

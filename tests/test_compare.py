@@ -271,6 +271,25 @@ def test_compare_takes_the_baselines_folder_as_history_and_prints_what_it_can_de
     assert "the spread between runs is unknown" in alone.stdout
 
 
+def test_the_history_leaves_out_runs_of_the_same_name_on_other_hardware(tmp_path):
+    """A VM keeps its name on a new host CPU: the old host's steady runs must not make a
+    figure that differs on this one look like a regression (an A/A here flagged Gloo's
+    27x over the floor so, against three runs of a CPU without avx_vnni)."""
+    rng = np.random.default_rng(9)
+    old = copy.deepcopy(MACHINE)
+    old["cpu"]["flags"]["amx_tile"] = False
+    hist = tmp_path / "hist"
+    for i in range(3):
+        _write(hist, f"2026010{i}T000000Z-quick.json",
+               _run([_metric("t", _samples(rng, 1.0, spread=0.01))], machine=old))
+    base = _write(hist, "20260105T000000Z-quick.json", _run([_metric("t", _samples(rng, 1.0))]))
+    cand = _write(tmp_path, "c.json", _run([_metric("t", _samples(rng, 1.5))]))
+    out = _compare(base, cand, "--json", tmp_path / "c.json.out")
+    assert "history: 3 run(s) of" in out.stdout and "amx_tile" in out.stdout, out.stdout
+    (c,) = json.loads((tmp_path / "c.json.out").read_text())
+    assert c["verdict"] == "unverified" and "spread between runs is unknown" in c["why"]
+
+
 def test_in_ab_the_history_keeps_a_flipping_metric_from_looking_steady():
     """ab's two rounds a side agree by chance on a metric that flips between two levels from
     process to process; the machine's history has seen it flip, so no verdict."""
