@@ -165,9 +165,9 @@ def _values(runs: list[dict]) -> dict[tuple, dict[int, tuple[float, list[float] 
             if compare._invalid(e):
                 continue
             for m in e["metrics"]:
-                if m.get("value") is not None:
+                if (v := compare.run_value(m)) is not None:
                     out.setdefault((compare.result_key(e), compare.metric_key(m)), {})[
-                        seen.get(e["suite"], 0)] = (m["value"], m.get("sessions"))
+                        seen.get(e["suite"], 0)] = (v, m.get("sessions"))
         for suite in suites:
             seen[suite] = seen.get(suite, 0) + 1
     return out
@@ -179,13 +179,10 @@ def within_rounds(a: list[list[float] | None],
     the sessions' variance of log values, pooled over every round of both sides, over the
     sessions a side's figure pools (sum of 1/n for the two sides, averaged over rounds).
     None unless every round of both sides has at least two sessions."""
-    sides = [*a, *b]
-    if not sides or any(s is None or len(s) < 2 or min(s) <= 0 for s in sides):
+    if (pooled := stats.pooled_log_variance([*a, *b])) is None:
         return None
-    ss = sum(float(((np.log(s) - np.log(s).mean()) ** 2).sum()) for s in sides)
-    df = sum(len(s) - 1 for s in sides)
     per_round = float(np.mean([1 / len(x) + 1 / len(y) for x, y in zip(a, b, strict=True)]))
-    return ss / df * per_round, float(df)
+    return pooled[0] * per_round, pooled[1]
 
 
 def round_values(a_runs: list[dict], b_runs: list[dict]) -> compare.Replicates:

@@ -8,7 +8,8 @@ regresses only when all three hold:
   PyTorch's HUD: ratios and throughputs must stay at 0.95x of the baseline or above, times
   and latencies at 1.15x or below, bytes at 1.10x;
 - within runs: a two-sample test on the two runs' samples (Mann-Whitney U for a median, a
-  Fisher exact quantile test for p90/p99) is significant;
+  Fisher exact quantile test for p90/p99; for a figure measured in sessions, Welch's t on
+  the sessions' log values, since a session's calls share its level) is significant;
 - between runs: the change stands out against the spread of the figure from run to run (or
   process to process), which on a shared machine dwarfs the spread within a run. That spread
   comes from the machine's history (`--history`, by default the baseline's folder of runs) or
@@ -143,8 +144,17 @@ def compare_metric(case: str, a: dict, b: dict, thresholds: dict[str, float],
     q = _quantile(b)
     interval = None
     pvalue = None
+    by_session = (stats.session_shift(a["sessions"], b["sessions"])
+                  if not invalid and a.get("sessions") and b.get("sessions") else None)
     if not invalid and sa and sb and kind == "rate":
         pvalue = stats.rate_pvalue(sa, sb)
+    elif by_session is not None:
+        # measured in sessions: the sessions are the independent draws, not the calls pooled
+        # from them; the interval is of their geometric means' ratio, moved to the factor
+        pvalue, lo, hi = by_session
+        own = math.exp(np.mean(np.log(b["sessions"])) - np.mean(np.log(a["sessions"])))
+        scale = factor / own if factor else 1.0
+        interval = [None if x is None else x * scale for x in (lo, hi)]
     elif not invalid and sa and sb:
         lo, hi = stats.quantile_ratio_ci(sa, sb, q)
         if lo is not None and min(sa + sb) > 0:
@@ -169,8 +179,9 @@ def compare_metric(case: str, a: dict, b: dict, thresholds: dict[str, float],
 
 
 class RoundValues(NamedTuple):
-    """A metric's run-level values: from history, the earlier runs (candidate None: the
-    candidate run's own value); from `ab`, each side's rounds, one value per fresh process."""
+    """A metric's run-level values (`run_value`): from history, the earlier runs and the
+    candidate run (None: the candidate's reported value); from `ab`, each side's rounds, one
+    value per fresh process."""
 
     baseline: list[float]
     candidate: list[float] | None
@@ -208,7 +219,7 @@ SESSIONS_MIN_ROUNDS = 5
 def between_runs(changes: list[Change], replicates: Replicates,
                  floors: dict | None = None) -> dict[int, tuple]:
     """For each change (by index) the moderated test of its run-level values: (p, se, df,
-    values of the baseline side). `floors` (metric key -> variance of its log values in the
+    log change of the run values). `floors` (metric key -> variance of its log values in the
     machine's history) keeps a metric's prior spread at least what its history showed: a
     figure that flips between two levels from one process to the next (a small autocast
     GEMM here: 0.13 or 0.20 ms) can look steady in ab's few rounds."""
@@ -239,6 +250,11 @@ def between_runs(changes: list[Change], replicates: Replicates,
             # the metric's own spread, from its sessions: what its family's spread (raw TCP
             # and Gloo latencies beside TensorPipe's) says of it is then beside the point
             prior, prior_df = within
+        elif not paired and within is not None and len(a) >= 2:
+            # separate runs: a run's value varies at least as much as its sessions predict,
+            # however alike the few runs of the history happen to be (two runs of Gloo's
+            # 64 KiB p90 at 4.0 ms each, then a run at 0.14 ms from the same code)
+            prior = within[0] if prior is None else max(prior, within[0])
         floor = (floors or {}).get((c.case, (c.metric, repr(sorted(c.labels.items())))))
         if floor is not None:
             # the history's variance is of one run's value; a ratio of two has twice that
@@ -249,7 +265,9 @@ def between_runs(changes: list[Change], replicates: Replicates,
         else:
             res = stats.moderated_test(a, b, prior, prior_df)
         if res is not None:
-            out[i] = (*res, a)
+            # the log change on the scale judged (run values), to centre the band with
+            change = float(np.mean(np.log(b)) - np.mean(np.log(a)))
+            out[i] = (*res, change)
     return out
 
 
@@ -303,12 +321,13 @@ def decide(changes: list[Change], replicates: Replicates | None,
         c = changes[i]
         c.adjusted = p
         if i in between:
-            _, se, df, a = between[i]
+            _, se, df, change = between[i]
             # the smallest change this many tests and this spread let through
             t = crit.setdefault(df, stats.t_quantile(1 - alpha / (2 * len(tested)), df))
             if t * se < MAX_LOG_BAND:  # else no change of any size could be told from noise
                 c.detectable = float(np.expm1(t * se))
-                centre = float(np.exp(np.mean(np.log(a))))
+                # where the candidate would sit had nothing changed, on the reported scale
+                centre = c.candidate / math.exp(change) if c.candidate > 0 else c.baseline
                 c.band = [centre * float(np.exp(-t * se)), centre * float(np.exp(t * se))]
         significant = p < alpha
         if c.beyond and i not in between and c.kind not in PER_PROCESS:
@@ -358,7 +377,7 @@ def compare_runs(base: dict, cand: dict, thresholds: dict[str, float] | None = N
                           verdict="gone") for k in base_by_key)
     floors = None
     if history and replicates is None:
-        replicates = history_replicates(history)
+        replicates = history_replicates(history, cand)
     elif history:  # ab's rounds, with the machine's history as a floor under each spread
         floors = history_floors(history)
     decide(changes, replicates, alpha, floors)
@@ -381,7 +400,7 @@ def _current_segment(values: list[float]) -> list[float]:
 
 
 def history_floors(runs: list[dict]) -> dict:
-    """Each metric's variance of log values over the history (at least 3 runs)."""
+    """Each metric's variance of log run values over the history (at least 3 runs)."""
     out = {}
     for key, rep in history_replicates(runs).items():
         x = np.log([v for v in rep.baseline if v > 0])
@@ -390,18 +409,50 @@ def history_floors(runs: list[dict]) -> dict:
     return out
 
 
-def history_replicates(runs: list[dict]) -> Replicates:
-    """Each metric's values in the machine's earlier `runs` (oldest first, the last
-    HISTORY_RUNS, valid results only), since its last step."""
-    series: dict[tuple[str, tuple[str, str]], list[float]] = {}
+def run_value(m: dict) -> float | None:
+    """A metric's value as the spread between runs (or rounds) is judged on: for a figure
+    measured in sessions, the geometric mean of its sessions, whose spread the sessions
+    predict; a pooled quantile of a figure whose level flips by session jumps whenever its
+    share of slow calls crosses the quantile (Gloo's 64 KiB p90 here: 4.0 ms in two runs,
+    0.14 ms in the next, its sessions alike in all three). Else the metric's value."""
+    sessions = m.get("sessions")
+    if sessions and len(sessions) >= 2 and min(sessions) > 0:
+        return float(np.exp(np.mean(np.log(sessions))))
+    v = m.get("value")
+    return float(v) if v is not None and math.isfinite(v) else None
+
+
+def history_replicates(runs: list[dict], cand: dict | None = None) -> Replicates:
+    """Each metric's run values (`run_value`) in the machine's earlier `runs` (oldest first,
+    the last HISTORY_RUNS, valid results only), since its last step, and in the candidate run
+    `cand`. A figure measured in sessions also brings the variance of one run's value that
+    its sessions predict (pooled over those runs): a floor under its spread between runs,
+    which two or three runs can understate (`between_runs`)."""
+    series: dict[tuple[str, tuple[str, str]], list[tuple[float, list | None]]] = {}
     for run in runs[-HISTORY_RUNS:]:
         for e in run["results"]:
             if _invalid(e):
                 continue
             for m in e["metrics"]:
-                if m.get("value") is not None and math.isfinite(m["value"]):
-                    series.setdefault((result_key(e), metric_key(m)), []).append(m["value"])
-    return {k: RoundValues(_current_segment(v), None) for k, v in series.items()}
+                if (v := run_value(m)) is not None:
+                    series.setdefault((result_key(e), metric_key(m)), []).append(
+                        (v, m.get("sessions")))
+    in_cand = {(result_key(e), metric_key(m)): m
+               for e in (cand or {}).get("results", []) if not _invalid(e)
+               for m in e["metrics"]}
+    out = {}
+    for k, v in series.items():
+        values = _current_segment([x for x, _ in v])
+        m = in_cand.get(k)
+        cand_value = run_value(m) if m else None
+        groups = [s for _, s in v[len(v) - len(values):]] + [m and m.get("sessions")]
+        pooled = stats.pooled_log_variance([g for g in groups if g])
+        within = None
+        if pooled is not None:
+            within = (pooled[0] / np.mean([len(g) for g in groups if g]), pooled[1])
+        out[k] = RoundValues(values, None if cand_value is None else [cand_value],
+                             within=within)
+    return out
 
 
 # --- machines -----------------------------------------------------------------------------

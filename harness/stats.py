@@ -117,6 +117,36 @@ def shift_pvalue(a: Sequence[float], b: Sequence[float], q: float = 0.5) -> floa
     return float(sps.fisher_exact(table).pvalue)
 
 
+def session_shift(a: Sequence[float], b: Sequence[float],
+                  level: float = CI_LEVEL) -> tuple[float, float | None, float | None] | None:
+    """For a figure measured in sessions (one value per fresh RPC session): Welch's t-test on
+    the sessions' log values, and the interval of the ratio of their geometric means. The
+    session is the unit: calls within one share its level, which is drawn once per session
+    (Gloo's 64 KiB round trip sits near 0.1 ms or 4 ms, by session), so a test on the pooled
+    calls counts one draw hundreds of times. Returns (two-sided p, low, high); None when a
+    side has fewer than MIN_SAMPLES sessions, a session at or below zero, or no spread."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.size < MIN_SAMPLES or y.size < MIN_SAMPLES or min(x.min(), y.min()) <= 0:
+        return None
+    res = sps.ttest_ind(np.log(y), np.log(x), equal_var=False)
+    if not math.isfinite(res.pvalue):
+        return None  # both sides without spread
+    ci = res.confidence_interval(level)
+    return float(res.pvalue), _finite(math.exp(ci.low)), _finite(math.exp(ci.high))
+
+
+def pooled_log_variance(
+        groups: Sequence[Sequence[float] | None]) -> tuple[float, float] | None:
+    """(variance, degrees of freedom) of log values within groups (e.g. a run's sessions),
+    pooled over the groups; None when a group is missing, has fewer than two values or one at
+    or below zero."""
+    if not groups or any(g is None or len(g) < 2 or min(g) <= 0 for g in groups):
+        return None
+    logs = [np.log(np.asarray(g, dtype=float)) for g in groups]
+    ss = sum(float(((x - x.mean()) ** 2).sum()) for x in logs)
+    return ss / sum(x.size - 1 for x in logs), float(sum(x.size - 1 for x in logs))
+
+
 def rate_pvalue(a: Sequence[float], b: Sequence[float]) -> float | None:
     """Two-sided p-value that two rates differ, from one 0/1 sample per trial on each side
     (Fisher's exact test on the counts); None when either side has fewer than MIN_SAMPLES

@@ -500,3 +500,82 @@ def test_with_fewer_than_five_rounds_a_figures_sessions_are_not_trusted():
     without = _steady(a_rounds, b_rounds, keep_sessions=False)[0]
     assert with_sessions.extra["se_log"] == without.extra["se_log"]
     assert with_sessions.verdict == without.verdict
+
+
+def _session_metric(rng, sessions: list[float], q: float = 0.9, calls: int = 40,
+                    labels: dict | None = None) -> dict:
+    """A p90 measured in sessions, as rpc/round_trip's: `calls` per session around its level,
+    the value the pooled calls' quantile."""
+    pooled = [x for s in sessions for x in _samples(rng, s, n=calls, spread=0.05)]
+    ctx = Context("cpu", "quick", {})
+    return ctx.metric("p90", float(np.quantile(pooled, q)), "s", kind="latency",
+                      better="lower", samples=pooled, q=q, sessions=sessions,
+                      labels=labels or {"path": "gloo"}).to_json()
+
+
+# Gloo's 64 KiB round trip here: each RPC session sits near 0.1 ms or 4 ms, drawn per session
+FLIPPING = [3.8e-3, 0.1e-3, 2.4e-3, 0.1e-3, 3.8e-3, 0.1e-3]
+
+
+def test_a_figure_measured_in_sessions_is_tested_on_its_sessions_not_its_pooled_calls():
+    """240 calls a side in 6 sessions: the calls of a session share its level, so the test is
+    on the sessions. A run whose sessions flip between two levels against one that stayed at
+    the slow one differs beyond doubt call by call, not session by session; a shift of every
+    session is caught."""
+    rng = np.random.default_rng(30)
+    slow = list(4e-3 * rng.lognormal(0, 0.02, 6))
+    base = _session_metric(rng, slow)
+    flipped = _session_metric(rng, FLIPPING)
+    assert stats.shift_pvalue(base["samples"], flipped["samples"], 0.9) < 1e-6
+    c = compare.compare_metric("s/c", base, flipped, compare.DEFAULT_THRESHOLDS)
+    assert c.pvalue > 0.01
+    lo, hi = c.interval
+    assert lo < c.factor < hi
+    shifted = _session_metric(rng, [1.3 * x for x in slow])
+    c = compare.compare_metric("s/c", base, shifted, compare.DEFAULT_THRESHOLDS)
+    assert c.pvalue < 1e-4 and c.interval[0] > 1.2
+
+
+def _gloo_p90(rng, slow_shares: list[float], calls: int = 40) -> dict:
+    """Gloo's 64 KiB p90 as measured here: each session's calls take 0.1 ms, or 4 ms for a
+    share of them that is drawn per session (none, or one in six, or half)."""
+    per_session = [[4e-3 if i < share * calls else 1e-4 for i in range(calls)]
+                   for share in slow_shares]
+    per_session = [list(np.asarray(c) * rng.lognormal(0, 0.02, calls)) for c in per_session]
+    pooled = [x for c in per_session for x in c]
+    ctx = Context("cpu", "quick", {})
+    return ctx.metric("p90", float(np.quantile(pooled, 0.9)), "s", kind="latency",
+                      better="lower", samples=pooled, q=0.9, labels={"path": "gloo"},
+                      sessions=[float(np.quantile(c, 0.9)) for c in per_session]).to_json()
+
+
+def test_the_history_of_a_figure_measured_in_sessions_spreads_at_least_as_its_sessions():
+    """Two runs whose pooled p90 both came out at 4 ms, one of them with sessions that flipped:
+    a third run whose sessions flip too, and whose pooled p90 is 0.1 ms, is not an improvement.
+    Between runs a figure measured in sessions is judged on its sessions' geometric mean,
+    whose spread is at least what its sessions predict. Judged on the pooled values alone (no
+    sessions) it would be one; steady figures beside it keep their power."""
+    rng = np.random.default_rng(31)
+
+    def run(gloo: list[float], level: float = 1.0) -> dict:
+        steady = [_session_metric(rng, list(level * 2e-4 * rng.lognormal(0, 0.03, 6)),
+                                  labels={"path": f"tp{i}"}) for i in range(4)]
+        return _run([_gloo_p90(rng, gloo), *steady])
+
+    history = [run([0.5, 0.5, 0.05, 0.5, 0.05, 0.5]), run([0.5] * 6)]
+    cand = run([0.15, 0, 0, 0, 0, 0.15], level=1.5)
+    changes = {c.labels["path"]: c for c in compare.compare_runs(history[-1], cand,
+                                                                 history=history)}
+    gloo = changes["gloo"]
+    assert gloo.factor < 0.1 and gloo.verdict == "unchanged"
+    assert all(changes[f"tp{i}"].verdict == "regression" for i in range(4))
+
+    def without_sessions(r: dict) -> dict:
+        r = copy.deepcopy(r)
+        for m in r["results"][0]["metrics"]:
+            m.pop("sessions")
+        return r
+
+    bare = [without_sessions(r) for r in history]
+    (gloo_bare, *_) = compare.compare_runs(bare[-1], without_sessions(cand), history=bare)
+    assert gloo_bare.verdict == "improvement"
