@@ -267,6 +267,8 @@ def between_runs(changes: list[Change], replicates: Replicates,
         if res is not None:
             # the log change on the scale judged (run values), to centre the band with
             change = float(np.mean(np.log(b)) - np.mean(np.log(a)))
+            if within is not None:  # every run value is its sessions' geometric mean
+                c.extra["judged_on"] = "sessions"
             out[i] = (*res, change)
     return out
 
@@ -292,18 +294,25 @@ def decide(changes: list[Change], replicates: Replicates | None,
     against the spread between runs (`replicates`). Without replicates the spread between
     runs is unknown: a change past the tolerance is then unverified, not a verdict."""
     between = between_runs(changes, replicates, floors) if replicates else {}
-    for i, (_, se, df, _) in between.items():
+    for i, (_, se, df, change) in between.items():
         # The samples' interval misses the spread between processes, which the verdict
         # weighs: it would show 1.14x [1.11, 1.17] beside "unchanged". The interval of a
         # factor judged against that spread is the factor times exp(+-t se), se being the
         # standard error of the log change between runs; it contains the factor by
         # construction (the samples' bootstrap estimates another statistic, the pooled
-        # quantile, and could lie beside it: 1.44x [1.40, 1.43]).
+        # quantile, and could lie beside it: 1.44x [1.40, 1.43]). A figure measured in
+        # sessions is judged on their geometric means (`run_value`), whose change can differ
+        # from its reported values' (1.09x reported, 1.17x judged): its interval is the
+        # judged change's, so that it agrees with the verdict, and the row says so.
         c = changes[i]
         if c.factor and c.factor > 0:
             half = stats.t_quantile((1 + stats.CI_LEVEL) / 2, df) * se
+            centre = c.factor
+            if c.extra.get("judged_on") == "sessions":
+                centre = math.exp(change)
+                c.extra["judged_factor"] = centre
             c.extra["interval_within_runs"] = c.interval
-            c.interval = [c.factor * math.exp(-half), c.factor * math.exp(half)]
+            c.interval = [centre * math.exp(-half), centre * math.exp(half)]
     tested = [i for i, c in enumerate(changes)
               if c.pvalue is not None and c.verdict == "unchanged" and not c.why]
     combined = []
@@ -343,6 +352,8 @@ def decide(changes: list[Change], replicates: Replicates | None,
             c.why = "significant but within the tolerance"
         else:
             c.why = "within the tolerance"
+        if (judged := c.extra.get("judged_factor")) is not None:
+            c.why += f"; judged on its sessions' geometric mean, {judged:.3g}x"
 
 
 def compare_runs(base: dict, cand: dict, thresholds: dict[str, float] | None = None,

@@ -466,6 +466,10 @@ def test_a_figure_measured_in_sessions_is_judged_by_its_own_spread_not_its_famil
     a_rounds, b_rounds = _latency_rounds(rng, 5), _latency_rounds(rng, 5, change=1.15)
     steady, changes = _steady(a_rounds, b_rounds)
     assert steady.verdict == "regression" and steady.interval[0] > 1.05
+    # judged on its sessions' geometric means: the interval is of that change, and says so
+    judged = steady.extra["judged_factor"]
+    assert steady.interval[0] < judged < steady.interval[1]
+    assert f"judged on its sessions' geometric mean, {judged:.3g}x" in steady.why
     assert compare.counts(changes)["regression"] == 1  # the floors, unchanged, stay unflagged
     assert _steady(a_rounds, b_rounds, keep_sessions=False)[0].verdict == "unchanged"
 
