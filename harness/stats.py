@@ -120,12 +120,12 @@ def shift_pvalue(a: Sequence[float], b: Sequence[float], q: float = 0.5) -> floa
 def session_shift(a: Sequence[float], b: Sequence[float],
                   level: float = CI_LEVEL) -> tuple[float, float | None, float | None] | None:
     """For a figure measured in sessions (one value per session: a fresh RPC session, or a
-    fresh launch of a case's processes): Welch's t-test on
-    the sessions' log values, and the interval of the ratio of their geometric means. The
-    session is the unit: calls within one share its level, which is drawn once per session
-    (Gloo's 64 KiB round trip sits near 0.1 ms or 4 ms, by session), so a test on the pooled
-    calls counts one draw hundreds of times. Returns (two-sided p, low, high); None when a
-    side has fewer than MIN_SAMPLES sessions, a session at or below zero, or no spread."""
+    fresh launch of a case's processes): Welch's t-test on the sessions' log values, and the
+    interval of the ratio of their geometric means. The session is the unit: calls within
+    one share its level, which is drawn once per session (Gloo's 64 KiB round trip sits near
+    0.1 ms or 4 ms, by session), so a test on the pooled calls counts one draw hundreds of
+    times. Returns (two-sided p, low, high); None when a side has fewer than MIN_SAMPLES
+    sessions, a session at or below zero, or no spread."""
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if x.size < MIN_SAMPLES or y.size < MIN_SAMPLES or min(x.min(), y.min()) <= 0:
         return None
