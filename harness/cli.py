@@ -505,7 +505,8 @@ def _ab_history(args) -> list[dict] | None:
 
     if args.no_history or not args.history:
         return None
-    me = {"machine": {"name": machine.machine_name()}, "profile": args.profile}
+    # the whole fingerprint: the history keeps to this machine's hardware (`_history`)
+    me = {"machine": machine.fingerprint(), "profile": args.profile}
     return _history(args.history, me, set(), required=True)
 
 

@@ -290,6 +290,24 @@ def test_the_history_leaves_out_runs_of_the_same_name_on_other_hardware(tmp_path
     assert c["verdict"] == "unverified" and "spread between runs is unknown" in c["why"]
 
 
+def test_ab_takes_the_history_of_this_machines_hardware(tmp_path):
+    """`ab --history DIR` keeps the runs of this machine's hardware: it compares them with
+    this machine's whole fingerprint, not its name alone (with the name alone every run
+    differed in CPU model, and ab refused the folder)."""
+    import argparse
+
+    from harness import cli, machine
+
+    here = _run([_metric("t", [1.0, 1.1, 1.2])], machine=machine.fingerprint())
+    elsewhere = _run([_metric("t", [1.0, 1.1, 1.2])],
+                     machine={**MACHINE, "name": machine.machine_name()})
+    _write(tmp_path, "20260101T000000Z-quick.json", here)
+    _write(tmp_path, "20260102T000000Z-quick.json", elsewhere)
+    args = argparse.Namespace(no_history=False, history=str(tmp_path), profile="quick")
+    (kept,) = cli._ab_history(args)
+    assert kept["machine"] == here["machine"]
+
+
 def test_in_ab_the_history_keeps_a_flipping_metric_from_looking_steady():
     """ab's two rounds a side agree by chance on a metric that flips between two levels from
     process to process; the machine's history has seen it flip, so no verdict."""
