@@ -152,7 +152,7 @@ def compare_metric(case: str, a: dict, b: dict, thresholds: dict[str, float],
         # measured in sessions: the sessions are the independent draws, not the calls pooled
         # from them; the interval is of their geometric means' ratio, moved to the factor
         pvalue, lo, hi = by_session
-        own = math.exp(np.mean(np.log(b["sessions"])) - np.mean(np.log(a["sessions"])))
+        own = run_value(b) / run_value(a)  # the sessions' geometric means
         scale = factor / own if factor else 1.0
         interval = [None if x is None else x * scale for x in (lo, hi)]
     elif not invalid and sa and sb:
@@ -456,11 +456,12 @@ def history_replicates(runs: list[dict], cand: dict | None = None) -> Replicates
         values = _current_segment([x for x, _ in v])
         m = in_cand.get(k)
         cand_value = run_value(m) if m else None
-        groups = [s for _, s in v[len(v) - len(values):]] + [m and m.get("sessions")]
-        pooled = stats.pooled_log_variance([g for g in groups if g])
+        groups = [g for g in [s for _, s in v[len(v) - len(values):]]
+                  + [m and m.get("sessions")] if g]
+        pooled = stats.pooled_log_variance(groups)
         within = None
         if pooled is not None:
-            within = (pooled[0] / np.mean([len(g) for g in groups if g]), pooled[1])
+            within = (pooled[0] / np.mean([len(g) for g in groups]), pooled[1])
         out[k] = RoundValues(values, None if cand_value is None else [cand_value],
                              within=within)
     return out
