@@ -385,6 +385,42 @@ def test_ab_schedule_alternates_who_goes_first(rounds, order):
     assert "".join(ab.schedule(rounds)) == order
 
 
+def test_ab_runs_each_benchmark_case_in_a_process_of_its_own():
+    # a benchmark measured a process start apart on the two sides, not a suite apart
+    from harness import ab
+
+    units = ab.groups(["amp", "telemetry"], skip=["clean_exit"])
+    assert [(g.name, g.cases) for g in units] == [
+        ("amp", ("autocast_op_lists", "grad_scaler", "accuracy_parity")),
+        ("amp.train_step", ("train_step",)), ("amp.gemm_ladder", ("gemm_ladder",)),
+        ("telemetry", ("host_readings", "nvml_readings")),
+        ("telemetry.sampling_overhead", ("sampling_overhead",))]
+    assert units[1].run_args() == ["--suite", "amp", "--only", "train_step"]
+    # a selection of benchmarks alone has no group of conformance cases
+    assert [g.name for g in ab.groups(["amp"], case_filter="gemm")] == ["amp.gemm_ladder"]
+
+
+def test_ab_pairs_a_cases_rounds_by_its_own_runs_whatever_else_a_process_ran():
+    # A side's rounds of a case sit among other processes' runs of its suite (its suite's
+    # conformance cases, its other benchmarks), in whatever order the side's runs come: the
+    # k-th run holding the case is its k-th round, a contended one counted too
+    from harness import ab
+
+    def side(values: list[float | None], other_first: bool) -> list[dict]:
+        other = _run([{"name": "t", "value": 1.0, "kind": "time"}], case="other")
+        runs = []
+        for v in values:
+            e = _run([{"name": "t", "value": v or 1.0, "kind": "time"}])
+            if v is None:  # a contended round
+                e["results"][0]["telemetry"] = {"valid": False, "invalid_reasons": ["busy"]}
+            runs += [other, e] if other_first else [e, other]
+        return runs
+
+    reps = ab.round_values(side([1.0, None, 1.2], True), side([1.1, 1.5, 1.3], False))
+    (rep,) = [r for k, r in reps.items() if "other" not in k[0]]
+    assert rep.paired and rep.baseline == [1.0, 1.2] and rep.candidate == [1.1, 1.3]
+
+
 def test_ab_goes_round_by_round_so_one_sides_rounds_of_a_suite_are_never_back_to_back():
     from harness import ab
 
@@ -490,6 +526,33 @@ def test_a_figure_measured_in_sessions_is_judged_by_its_own_spread_not_its_famil
     assert f"judged on its sessions' geometric mean, {judged:.3g}x" in steady.why
     assert compare.counts(changes)["regression"] == 1  # the floors, unchanged, stay unflagged
     assert _steady(a_rounds, b_rounds, keep_sessions=False)[0].verdict == "unchanged"
+
+
+def test_a_figure_judged_on_its_sessions_is_held_to_its_tolerance_on_them_too():
+    """A 3% change on the sessions' geometric means, tight enough to be significant, whose
+    pooled figure moved 8% (a level flipping by session moves a pooled quantile): within the
+    5% tolerance, so unchanged; the verdict rests on one statistic, not the test on one and
+    the tolerance on another."""
+    from harness import ab
+
+    rng = np.random.default_rng(23)
+    a_rounds = _latency_rounds(rng, 5, session_sd=0.01)
+    b_rounds = _latency_rounds(rng, 5, change=1.03, session_sd=0.01)
+    a, b = ab.merge_runs(a_rounds), ab.merge_runs(b_rounds)
+    (pa,) = [m for m in a["results"][0]["metrics"] if m["labels"]["path"] == "steady"]
+    (pb,) = [m for m in b["results"][0]["metrics"] if m["labels"]["path"] == "steady"]
+    pb["value"] = pa["value"] * 1.08
+    changes = compare.compare_runs(a, b, compare.AB_THRESHOLDS,
+                                   replicates=ab.round_values(a_rounds, b_rounds))
+    steady = next(c for c in changes if c.labels["path"] == "steady")
+    assert steady.factor > 1.07 and 1.01 < steady.extra["judged_factor"] < 1.05
+    assert steady.adjusted < 0.05  # significant on its sessions
+    assert steady.verdict == "unchanged" and steady.beyond == 0, steady.why
+    # a change past the tolerance on its sessions is flagged: the check is not a no-op
+    b_rounds = _latency_rounds(rng, 5, change=1.12, session_sd=0.01)
+    changes = compare.compare_runs(a, ab.merge_runs(b_rounds), compare.AB_THRESHOLDS,
+                                   replicates=ab.round_values(a_rounds, b_rounds))
+    assert next(c for c in changes if c.labels["path"] == "steady").verdict == "regression"
 
 
 def test_sessions_that_understate_the_spread_between_processes_are_not_trusted():
