@@ -1,14 +1,15 @@
 """`release-bench ab A B`: the same cases in two Python environments, interleaved on one machine.
 
 A and B are two torch builds (a venv folder or a Python executable each), or the same one twice
-for an A/A check. Every suite runs in a fresh process per side and round. The session goes
-round by round: each round runs every suite on both sides, A then B or B then A, so that a
-suite's rounds lie minutes apart and each side goes first in half of them. A passing state of
-the machine (a neighbour busy for a minute, the page cache) then falls on one round of both
-sides, not on two rounds of one side, and the variance between processes, which dominates on a
-shared machine, is sampled on each side. Each side's rounds are merged into one run (samples
-pooled, contended rounds left out), and the two merged runs are judged by `harness.compare`,
-each metric on its rounds' B/A ratios (`round_values`).
+for an A/A check. Each round runs in fresh processes per side: one for a suite's conformance
+cases, and one for each of its benchmark cases (`groups`). The session goes round by round:
+each round runs every group on both sides, A then B or B then A, so that a group's rounds lie
+minutes apart and each side goes first in half of them. A passing state of the machine (a
+neighbour busy for a minute, the page cache) then falls on one round of both sides, not on two
+rounds of one side, and the variance between processes, which dominates on a shared machine,
+is sampled on each side. Each side's rounds are merged into one run (samples pooled, contended
+rounds left out), and the two merged runs are judged by `harness.compare`, each metric on its
+rounds' B/A ratios (`round_values`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,25 +69,64 @@ def torch_version(python: Path) -> str:
     return out.stdout.strip()
 
 
+@dataclass(frozen=True)
+class Group:
+    """What one fresh process runs in a round: a suite's conformance cases together, or one of
+    its benchmark cases alone."""
+
+    suite: str
+    cases: tuple[str, ...]
+    benchmark: bool = False
+
+    @property
+    def name(self) -> str:
+        """`suite` for its conformance cases, `suite.case` for a benchmark case."""
+        return f"{self.suite}.{self.cases[0]}" if self.benchmark else self.suite
+
+    def run_args(self) -> list[str]:
+        return ["--suite", self.suite, *(a for case in self.cases for a in ("--only", case))]
+
+
+def groups(suites: list[str], case_filter: str | None = None,
+           skip: Iterable[str] = ()) -> list[Group]:
+    """The groups of the selected cases, suite by suite: the conformance cases, then each
+    benchmark case on its own. A benchmark in a process of its own is measured on both sides
+    of a round a process start apart, not a whole suite apart: the level of a DDP+RPC step
+    drifts within a minute here (5.1 to 7.7 ms over one ab's rounds), and while its suite ran
+    between the two sides it escaped a 25% slowdown that an ab of that case alone caught."""
+    from harness import registry, runner
+
+    out = []
+    for name in suites:
+        cases = [c for c in registry.load(name).cases if runner.selects(c, case_filter, skip)]
+        if checks := tuple(c.name for c in cases if c.kind != "benchmark"):
+            out.append(Group(name, checks))
+        out += [Group(name, (c.name,), benchmark=True) for c in cases if c.kind == "benchmark"]
+    return out
+
+
 def schedule(rounds: int) -> list[str]:
-    """One suite's sides, round after round: A B B A A B ..., each side first in half of the
-    rounds."""
+    """One unit's sides (a suite's, or a `Group`'s), round after round: A B B A A B ..., each
+    side first in half of the rounds."""
     return [s for r in range(rounds) for s in (("A", "B") if r % 2 == 0 else ("B", "A"))]
 
 
-def session(suites: list[str], rounds: int) -> list[tuple[str, int, str]]:
-    """(suite, index in that suite's schedule, side) in the order they run: round by round,
-    every suite's two sides in each round. Two rounds of one suite on one side are thus never
-    back to back: run B B, a minute-long state of a shared machine falls on both, and an A/A
-    check on a 2-core VM flagged an 18% change in a busy matmul."""
+def session(units: list[str], rounds: int) -> list[tuple[str, int, str]]:
+    """(unit, index in that unit's schedule, side) in the order they run: round by round,
+    every unit's two sides in each round (a unit is what one process runs: a suite, or a
+    `Group`). Two rounds of one unit on one side are thus never back to back: run B B, a
+    minute-long state of a shared machine falls on both, and an A/A check on a 2-core VM
+    flagged an 18% change in a busy matmul."""
     order = schedule(rounds)
-    return [(suite, i, order[i]) for r in range(rounds) for suite in suites
+    return [(unit, i, order[i]) for r in range(rounds) for unit in units
             for i in (2 * r, 2 * r + 1)]
 
 
-def run_round(python: Path, suite: str, args: list[str], out: Path, log: Path) -> Path | None:
-    """One fresh process running one suite; the run file it wrote, or None."""
-    cmd = [str(python), "-m", "harness.cli", "run", "--suite", suite, "--out", str(out), *args]
+def run_round(python: Path, selection: list[str], args: list[str], out: Path,
+              log: Path) -> Path | None:
+    """One fresh process running the cases `selection` names (`--suite S`, maybe `--only C`);
+    the run file it wrote, or None."""
+    cmd = [str(python), "-m", "harness.cli", "run", *selection, "--out", str(out), *args]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as f:
         subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_env(), cwd=ROOT,
@@ -155,21 +196,19 @@ def merge_runs(runs: list[dict]) -> dict:
 
 def _values(runs: list[dict]) -> dict[tuple, dict[int, tuple[float, list[float] | None]]]:
     """Each metric's value in each valid round, by round (the run's place among this side's
-    runs of its suite): one value per fresh process, with the figure in each of that
+    runs of its case): one value per fresh process, with the figure in each of that
     process's sessions where the case measures in sessions."""
     out: dict[tuple, dict[int, tuple[float, list[float] | None]]] = {}
-    seen: dict[str, int] = {}  # suite -> runs of it so far
+    seen: dict[str, int] = {}  # case -> runs of it so far, contended ones too
     for run in runs:
-        suites = {e["suite"] for e in run["results"]}
         for e in run["results"]:
-            if compare._invalid(e):
-                continue
-            for m in e["metrics"]:
-                if (v := compare.run_value(m)) is not None:
-                    out.setdefault((compare.result_key(e), compare.metric_key(m)), {})[
-                        seen.get(e["suite"], 0)] = (v, m.get("sessions"))
-        for suite in suites:
-            seen[suite] = seen.get(suite, 0) + 1
+            case = compare.result_key(e)
+            if not compare._invalid(e):
+                for m in e["metrics"]:
+                    if (v := compare.run_value(m)) is not None:
+                        out.setdefault((case, compare.metric_key(m)), {})[
+                            seen.get(case, 0)] = (v, m.get("sessions"))
+            seen[case] = seen.get(case, 0) + 1
     return out
 
 
@@ -205,7 +244,7 @@ def round_values(a_runs: list[dict], b_runs: list[dict]) -> compare.Replicates:
     return out
 
 
-def ab(a: str, b: str, suites: list[str], run_args: list[str], rounds: int, out_dir: Path,
+def ab(a: str, b: str, units: list[Group], run_args: list[str], rounds: int, out_dir: Path,
        progress: Callable[[str], None], thresholds: dict[str, float] | None = None,
        history: list[dict] | None = None) -> dict[str, Any]:
     """Run the A/B comparison; returns {"A": run, "B": run, "changes": [...], "dir": Path}.
@@ -217,25 +256,26 @@ def ab(a: str, b: str, suites: list[str], run_args: list[str], rounds: int, out_
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     base = out_dir / f"ab-{stamp}"
     order = schedule(rounds)
-    plan = session(suites, rounds)
-    for step, (suite, i, side) in enumerate(plan, 1):
-        where = base / "rounds" / f"{suite}-{i:02d}-{side}"
-        progress(f"[{step}/{len(plan)}] {side} {suite} (round {i // 2 + 1}) ...")
+    by_name = {g.name: g for g in units}
+    plan = session(list(by_name), rounds)
+    for step, (name, i, side) in enumerate(plan, 1):
+        where = base / "rounds" / f"{name}-{i:02d}-{side}"
+        progress(f"[{step}/{len(plan)}] {side} {name} (round {i // 2 + 1}) ...")
         t0 = time.perf_counter()
-        if run_round(pythons[side], suite, run_args, where, base / f"{side}.log") is None:
-            raise AbError(f"side {side} wrote no run for suite {suite}; see "
-                          f"{base / f'{side}.log'}")
-        progress(f"[{step}/{len(plan)}] {side} {suite} done in {time.perf_counter() - t0:.0f} s")
+        if run_round(pythons[side], by_name[name].run_args(), run_args, where,
+                     base / f"{side}.log") is None:
+            raise AbError(f"side {side} wrote no run for {name}; see {base / f'{side}.log'}")
+        progress(f"[{step}/{len(plan)}] {side} {name} done in {time.perf_counter() - t0:.0f} s")
     records.write_json_atomic(base / "ab.json", {
         "A": {"python": str(pythons["A"]), "torch": versions["A"]},
         "B": {"python": str(pythons["B"]), "torch": versions["B"]},
         "rounds": rounds, "schedule": "".join(order), "order": "round by round",
-        "suites": suites})
+        "suites": list(dict.fromkeys(g.suite for g in units)), "groups": list(by_name)})
     return judge(base, thresholds, history)
 
 
 def load_rounds(base: Path) -> dict[str, list[dict]]:
-    """The stored runs of `<base>/rounds/<suite>-<round>-<side>`, by side, each side's in round
+    """The stored runs of `<base>/rounds/<unit>-<round>-<side>`, by side, each unit's in round
     order (what `round_values` pairs by)."""
     out: dict[str, list[dict]] = {}
     for folder in sorted((base / "rounds").iterdir()):

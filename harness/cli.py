@@ -114,6 +114,9 @@ def _build_parser() -> argparse.ArgumentParser:
                      type=_param,
                      help="set a parameter of every case that has it, e.g. --param batch=256 "
                           "--param tf32=true (values are JSON: numbers, true/false, strings)")
+    run.add_argument("--only", action="append", metavar="CASE",
+                     help="only the case named CASE exactly (repeatable); `ab` runs each "
+                          "benchmark case in a process of its own with it")
     run.add_argument("--dry-run", action="store_true",
                      help="print what would run (any device, present or not) and stop")
 
@@ -261,7 +264,8 @@ def _cmd_run(args, hosts: list[dict] | None = None) -> int:
     suites = [registry.load(n) for n in _selected_suites(args)]
     devices = _devices(args.device, args.dry_run)
     overrides = dict(args.param)
-    planned = runner.plan(suites, args.profile, devices, args.case, overrides, args.skip)
+    planned = runner.plan(suites, args.profile, devices, args.case, overrides, args.skip,
+                          args.only)
     notes = []
     if hosts is not None:
         one_host = [p for p in planned if "one_host" in p.case.needs]
@@ -498,6 +502,15 @@ def _cmd_compare(args) -> int:
     return EXIT_FAILED if counts["regression"] else EXIT_OK
 
 
+def _units(suites: list[str], args) -> list:  # of ab.Group
+    """What `ab` and `matrix` run in one process per side and round (`ab.groups`)."""
+    from harness import ab
+
+    if not (units := ab.groups(suites, args.case, args.skip)):
+        raise UsageError("nothing to run: no case matches the given suite, case and skip")
+    return units
+
+
 def _ab_history(args) -> list[dict] | None:
     """The separate runs whose spread is a floor under the rounds' (only when asked for: the
     rounds, interleaved in one session, are what ab judges by)."""
@@ -526,13 +539,14 @@ def _cmd_ab(args) -> int:
         if args.judge:
             res = ab.judge(Path(args.judge), dict(args.threshold), history)
         else:
-            res = ab.ab(args.a, args.b, suites, run_args, args.rounds,
-                        Path(args.out), lambda s: print(s, file=sys.stderr, flush=True),
+            res = ab.ab(args.a, args.b, _units(suites, args), run_args, args.rounds, Path(args.out),
+                        lambda s: print(s, file=sys.stderr, flush=True),
                         dict(args.threshold), history)
     except ab.AbError as e:
         raise UsageError(str(e)) from e
     print(f"A: torch {res['versions']['A']}\nB: torch {res['versions']['B']}\n"
-          f"{res['rounds']} rounds per side, round by round ({res['schedule']} for each suite); "
+          f"{res['rounds']} rounds per side, round by round ({res['schedule']} for each "
+          f"suite's conformance cases and each benchmark case); "
           f"history floor: {f'{len(history)} runs' if history else 'none'}")
     counts = _print_changes(res["changes"], False)
     print("rounds' spread: " + _detectable_line(res["changes"]))
@@ -555,8 +569,8 @@ def _cmd_matrix(args) -> int:
         if args.judge:
             res = matrix.judge_again(Path(args.judge), dict(args.threshold))
         else:
-            res = matrix.matrix(args.sides, suites, run_args, args.rounds, Path(args.out),
-                                lambda s: print(s, file=sys.stderr, flush=True),
+            res = matrix.matrix(args.sides, _units(suites, args), run_args, args.rounds,
+                                Path(args.out), lambda s: print(s, file=sys.stderr, flush=True),
                                 dict(args.threshold))
     except ab.AbError as e:
         raise UsageError(f"matrix: {e}") from e

@@ -1,11 +1,12 @@
 """`release-bench matrix`: the release checklist and the headline figures across torch versions.
 
 Each side is an environment (`release-bench env create VERSION`, or any venv). The session is
-`ab`'s, widened to N sides: every suite runs in a fresh process per side and round, round by
-round, with the order of the sides rotated from round to round so that each goes first as
-often as the others. Each side's rounds are merged (`ab.merge_runs`), and each version is
-judged against the one before it with `compare`, the rounds giving the spread between
-processes. The matrix record keeps, per version:
+`ab`'s, widened to N sides: a suite's conformance cases, and each of its benchmark cases
+(`ab.groups`), run in a fresh process per side and round, round by round, with the order of
+the sides rotated from round to round so that each goes first as often as the others. Each
+side's rounds are merged (`ab.merge_runs`), and each version is judged against the one before
+it with `compare`, the rounds giving the spread between processes. The matrix record keeps,
+per version:
 
 - each conformance case's outcome, and each case's warnings (FutureWarning,
   DeprecationWarning, ... as the runner recorded them);
@@ -102,7 +103,7 @@ def outcome_changes(prev: dict, this: dict, prev_label: str, label: str) -> list
     return out
 
 
-def matrix(sides: list[str], suites: list[str], run_args: list[str], rounds: int,
+def matrix(sides: list[str], units: list[ab.Group], run_args: list[str], rounds: int,
            out_dir: Path, progress: Callable[[str], None],
            thresholds: dict[str, float] | None = None) -> dict[str, Any]:
     """Run the matrix; returns its record (also written as `<dir>/matrix.json`)."""
@@ -116,19 +117,19 @@ def matrix(sides: list[str], suites: list[str], run_args: list[str], rounds: int
     versions = {label: ab.torch_version(p) for label, p in labelled}
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     base = out_dir / f"matrix-{stamp}"
-    plan = [(r, suite, labels[i]) for r, order in enumerate(rotation(len(labels), rounds))
-            for suite in suites for i in order]
+    plan = [(r, unit, labels[i]) for r, order in enumerate(rotation(len(labels), rounds))
+            for unit in units for i in order]
     runs: dict[str, list[dict]] = {label: [] for label in labels}
-    for step, (r, suite, label) in enumerate(plan, 1):
-        where = base / "rounds" / f"{suite}-{r:02d}-{labels.index(label)}"
-        progress(f"[{step}/{len(plan)}] torch {versions[label]} {suite} (round {r + 1}) ...")
+    for step, (r, unit, label) in enumerate(plan, 1):
+        where = base / "rounds" / f"{unit.name}-{r:02d}-{labels.index(label)}"
+        progress(f"[{step}/{len(plan)}] torch {versions[label]} {unit.name} (round {r + 1}) ...")
         t0 = time.perf_counter()
         # a label may be a path: the log is named by the side's position
         log = base / "logs" / f"side-{labels.index(label)}.log"
-        path = ab.run_round(pythons[label], suite, run_args, where, log)
+        path = ab.run_round(pythons[label], unit.run_args(), run_args, where, log)
         if path is None:
-            raise ab.AbError(f"torch {versions[label]} ({label}) wrote no run for suite "
-                             f"{suite}; see {log}")
+            raise ab.AbError(f"torch {versions[label]} ({label}) wrote no run for "
+                             f"{unit.name}; see {log}")
         runs[label].append(records.read_run(path))
         progress(f"[{step}/{len(plan)}] done in {time.perf_counter() - t0:.0f} s")
     return judge(base, labels, versions, runs, rounds, thresholds)

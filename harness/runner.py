@@ -45,6 +45,15 @@ class Planned:
         return f"{self.case.id}[{self.device} {param_id(self.params)}]"
 
 
+def selects(case: Case, case_filter: str | None = None, skip: Iterable[str] = (),
+            only: Iterable[str] | None = None) -> bool:
+    """Whether a case is selected: its name contains `case_filter` (when given) and no text
+    of `skip`, and `only` names it exactly (when given)."""
+    return ((only is None or case.name in only)
+            and (not case_filter or case_filter in case.name)
+            and not any(text in case.name for text in skip))
+
+
 def plan(
     suites: Iterable,
     profile: str,
@@ -52,9 +61,11 @@ def plan(
     case_filter: str | None = None,
     overrides: Params | None = None,
     skip: Iterable[str] = (),
+    only: Iterable[str] | None = None,
 ) -> list[Planned]:
     """Every (case, device, params) of the given suites that this run will execute: the
-    cases whose name contains `case_filter` (all by default) and no text of `skip`.
+    cases whose name contains `case_filter` (all by default) and no text of `skip`, and
+    that `only` names exactly (when given).
 
     `overrides` (the CLI's --param) set the parameters a case has in its sets or names in
     its `options`; sets that become identical are run once.
@@ -62,9 +73,7 @@ def plan(
     out = []
     for suite in suites:
         for case in suite.cases:
-            if case_filter and case_filter not in case.name:
-                continue
-            if any(text in case.name for text in skip):
+            if not selects(case, case_filter, skip, only):
                 continue
             for device in devices:
                 if device not in case.devices:

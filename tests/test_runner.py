@@ -129,6 +129,15 @@ def test_plan_leaves_out_skipped_cases():
     assert len(names) == len(runner.plan([demo], "quick", ["cpu"])) - 3
 
 
+def test_plan_takes_only_the_cases_named_exactly():
+    # `ab` runs one benchmark case per process by name; a name that another contains
+    # ("measures" in "measures_nothing") must not pull that one in
+    planned = runner.plan([demo], "quick", ["cpu"], only=["measures"])
+    assert {p.case.name for p in planned} == {"measures"}
+    planned = runner.plan([demo], "quick", ["cpu"], only=["passes", "raises"], skip=["raises"])
+    assert {p.case.name for p in planned} == {"passes"}
+
+
 def test_interrupted_run_keeps_finished_cases(tmp_path):
     interrupt = Suite("interrupt", feature="f", status="beta", summary="s")
 
