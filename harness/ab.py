@@ -83,7 +83,8 @@ class Group:
         """`suite` for its conformance cases, `suite.case` for a benchmark case."""
         return f"{self.suite}.{self.cases[0]}" if self.benchmark else self.suite
 
-    def run_args(self) -> list[str]:
+    def selection(self) -> list[str]:
+        """The `run` options that select this group's cases."""
         return ["--suite", self.suite, *(a for case in self.cases for a in ("--only", case))]
 
 
@@ -262,7 +263,7 @@ def ab(a: str, b: str, units: list[Group], run_args: list[str], rounds: int, out
         where = base / "rounds" / f"{name}-{i:02d}-{side}"
         progress(f"[{step}/{len(plan)}] {side} {name} (round {i // 2 + 1}) ...")
         t0 = time.perf_counter()
-        if run_round(pythons[side], by_name[name].run_args(), run_args, where,
+        if run_round(pythons[side], by_name[name].selection(), run_args, where,
                      base / f"{side}.log") is None:
             raise AbError(f"side {side} wrote no run for {name}; see {base / f'{side}.log'}")
         progress(f"[{step}/{len(plan)}] {side} {name} done in {time.perf_counter() - t0:.0f} s")

@@ -126,7 +126,7 @@ def matrix(sides: list[str], units: list[ab.Group], run_args: list[str], rounds:
         t0 = time.perf_counter()
         # a label may be a path: the log is named by the side's position
         log = base / "logs" / f"side-{labels.index(label)}.log"
-        path = ab.run_round(pythons[label], unit.run_args(), run_args, where, log)
+        path = ab.run_round(pythons[label], unit.selection(), run_args, where, log)
         if path is None:
             raise ab.AbError(f"torch {versions[label]} ({label}) wrote no run for "
                              f"{unit.name}; see {log}")
