@@ -372,6 +372,7 @@ def agent_main(argv: Sequence[str]) -> int:
         return 0
     code = 1
     launch.set_cluster(cluster)
+    _wrappers(raw).set("started", "1")
     try:
         code = cli.run_across_hosts(list(argv), [n.describe() for n in cluster.nodes])
         return code
@@ -519,7 +520,8 @@ def multihost(plan: HostPlan, run_args: Sequence[str]) -> int:
 
     relayer = threading.Thread(target=relay, daemon=True)
     relayer.start()
-    code, agent_code = 1, None
+    code: int | None = None  # None while torchrun runs (an interrupt comes in there)
+    agent_code: int | None = None
     try:
         code, agent_code = _wait_torchrun(proc, store)
     finally:
@@ -529,9 +531,11 @@ def multihost(plan: HostPlan, run_args: Sequence[str]) -> int:
             if agent_code is not None:  # the run took place: the other hosts leave through it
                 _wait_for_others(store, plan)
             del store
-        else:
-            wrapper_done(plan)
+        else:  # interrupted, it waits for no status
+            agent_code = wrapper_done(plan, wait=code is not None)
     if agent_code is not None:  # node 0's run ended: its summary said what failed
+        if code not in (0, None) and agent_code == 0:
+            print(f"release-bench: multihost: {_after_the_run(code, tail)}", file=sys.stderr)
         return agent_code
     if code == 0:
         return 0
@@ -540,11 +544,11 @@ def multihost(plan: HostPlan, run_args: Sequence[str]) -> int:
 
 
 def _wait_torchrun(proc: subprocess.Popen, store: dist.TCPStore | None,
-                   ) -> tuple[int, int | None]:
+                   ) -> tuple[int | None, int | None]:
     """torchrun's exit status, and node 0's agent's where this command hosts the store.
 
     Node 0's agent says there when it has finished; torchrun then gets FINISH_GRACE_S to exit
-    (its exit barrier waits for a lost host too) before it is stopped.
+    (its exit barrier waits for a lost host too) before it is stopped, and its status is None.
     """
     shared = _wrappers(store) if store is not None else None
     finished: tuple[float, int] | None = None
@@ -555,11 +559,14 @@ def _wait_torchrun(proc: subprocess.Popen, store: dist.TCPStore | None,
             code = None
         if shared is not None and finished is None and shared.check(["finished"]):
             finished = (time.monotonic(), int(shared.get("finished")))
-        if code is not None:
-            return code, finished[1] if finished else None
+        if code is not None and finished is not None:
+            return code, finished[1]
+        if code is not None:  # node 0's agent may not have said so yet
+            return code, _run_status(shared) if shared is not None else None
         if finished is not None and time.monotonic() - finished[0] > FINISH_GRACE_S:
             _kill_group(proc)
-            return proc.wait(), finished[1]
+            proc.wait()
+            return None, finished[1]
 
 
 def _wait_for_others(store: dist.TCPStore, plan: HostPlan) -> None:
@@ -573,14 +580,42 @@ def _wait_for_others(store: dist.TCPStore, plan: HostPlan) -> None:
         time.sleep(0.2)
 
 
-def wrapper_done(plan: HostPlan) -> None:
-    """A host that does not hold the store says it has finished with it."""
+def wrapper_done(plan: HostPlan, wait: bool = True) -> int | None:
+    """A host that does not hold the store says it has finished with it, and returns node 0's
+    agent's status if the run finished (None if it did not, or the store has gone)."""
     try:
         store = dist.TCPStore(plan.rdzv_host, plan.rdzv_port, is_master=False,
                               timeout=timedelta(seconds=5))
-        _wrappers(store).add("done", 1)
+        shared = _wrappers(store)
+        code = _run_status(shared, wait)
+        shared.add("done", 1)
+        return code
     except (RuntimeError, dist.DistError):
-        pass  # the host of the store has gone already: nothing waits for us
+        return None  # the host of the store has gone already: nothing waits for us
+
+
+def _run_status(shared: dist.Store, wait: bool = True) -> int | None:
+    """Node 0's agent's status once its run has finished; None if it did not finish.
+
+    Every agent leaves once the cluster ends, node 0's just before it says it has finished,
+    so an agent that ended first (or died at exit) gives a run that started FINISH_GRACE_S
+    to say so. A run still going that long after this host's agent ended has lost it.
+    """
+    end = time.monotonic() + (FINISH_GRACE_S if wait else 0.0)
+    while (shared.check(["started"]) and not shared.check(["finished"])
+           and time.monotonic() < end):
+        time.sleep(0.2)
+    return int(shared.get("finished")) if shared.check(["finished"]) else None
+
+
+def _after_the_run(code: int, tail: Sequence[str]) -> str:
+    """Why this host's torchrun failed (status `code`) although node 0's run finished and
+    passed: its agent died at exit, which changes nothing in the record node 0 wrote."""
+    what = f"this host's node agent ended with status {code} after node 0's run had finished"
+    if any("terminate called without an active exception" in line for line in tail):
+        # the abort at interpreter exit that fork_wait's clean_exit case measures
+        what += " (an abort at exit: pytorch/pytorch#38228)"
+    return what + "; the run's record and status are node 0's"
 
 
 if __name__ == "__main__":

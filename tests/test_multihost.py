@@ -159,6 +159,31 @@ def test_two_nodes_on_loopback_one_record_ranks_on_both_listeners_on_loopback(tm
 
 @pytest.mark.distributed
 @pytest.mark.slow
+def test_an_agent_that_aborts_at_exit_after_the_run_leaves_node_0s_verdict(tmp_path):
+    """Node 1's agent aborts at interpreter exit once node 0's run has finished (planted; torch
+    did so here, pytorch/pytorch#38228): both commands exit with node 0's status, 0, and node
+    1's says in one line what happened, naming the upstream issue."""
+    port = launch.free_port()
+    out = tmp_path / "runs"
+    plant = {"PYTHONPATH": str(ROOT / "tests" / "planted"), "RELEASE_BENCH_PLANT": "agent_abort=1"}
+    procs = {n: _start(_flags(port), out, tmp_path / f"{n}.log", env=plant) for n in "ab"}
+    for p in procs.values():
+        try:
+            p.wait(timeout=400)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    logs = {n: (tmp_path / f"{n}.log").read_text() for n in procs}
+    assert [p.returncode for p in procs.values()] == [0, 0], logs
+    (record,) = list(out.rglob("*.json"))
+    assert all(e["outcome"] == "pass" for e in json.loads(record.read_text())["results"])
+    said = [line for log in logs.values() for line in log.splitlines()
+            if line.startswith("release-bench: multihost: this host's node agent ended")]
+    assert len(said) == 1, logs
+    assert "after node 0's run had finished" in said[0] and "#38228" in said[0], said
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_a_host_that_never_joins_is_one_line_and_leaves_nothing(tmp_path):
     port = launch.free_port()
     t0 = time.monotonic()

@@ -15,7 +15,9 @@ every Python process of that environment, spawned workers included, then runs wi
   documented behaviour that the fork_wait suite's eager_fork_is_serial checks;
 - exit_abort=P: the process aborts at exit with probability P, as torch's fork/wait does in
   some processes here: "terminate called without an active exception" on stderr, then
-  SIGABRT (for the clean_exit cases' tests).
+  SIGABRT (for the clean_exit cases' tests);
+- agent_abort=1: the same abort at exit, always, in the node agents of runs across hosts
+  (harness.nodes) other than node 0's, as one did here once node 0's run had finished.
 
 TorchScript code (fork/wait) calls its ops without Python, so it is not slowed: those
 metrics are the ones that must stay unflagged.
@@ -55,12 +57,16 @@ def _slowed(fn, factor: float, op: str | None = None):
     return slowed
 
 
-def _abort_at_exit(probability: float) -> None:
+def _abort_at_exit(probability: float, only_other_agents: bool = False) -> None:
     import atexit
     import random
     import sys
 
     def abort() -> None:
+        # at exit sys.argv names the module that ran, which it does not at start-up
+        if only_other_agents and not (sys.argv[0].endswith(os.path.join("harness", "nodes.py"))
+                                      and os.environ.get("RANK", "0") != "0"):
+            return
         if random.random() < probability:
             sys.stderr.write("terminate called without an active exception\n")
             sys.stderr.flush()
@@ -95,6 +101,8 @@ def _plant(spec: str) -> None:
     opts = dict(kv.split("=") for kv in spec.split(",") if kv)
     if "exit_abort" in opts:
         _abort_at_exit(float(opts["exit_abort"]))
+    if "agent_abort" in opts:
+        _abort_at_exit(1.0, only_other_agents=True)
     if "fork_warns" in opts or "fork_threaded" in opts:
         _changed_fork("fork_warns" in opts, "fork_threaded" in opts)
     if "matmul" not in opts and "rpc_us" not in opts:
