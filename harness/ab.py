@@ -77,6 +77,7 @@ class Group:
     suite: str
     cases: tuple[str, ...]
     benchmark: bool = False
+    rounds_factor: int = 1  # its rounds are this many times the session's (Case.rounds_factor)
 
     @property
     def name(self) -> str:
@@ -102,7 +103,8 @@ def groups(suites: list[str], case_filter: str | None = None,
         cases = [c for c in registry.load(name).cases if runner.selects(c, case_filter, skip)]
         if checks := tuple(c.name for c in cases if c.kind != "benchmark"):
             out.append(Group(name, checks))
-        out += [Group(name, (c.name,), benchmark=True) for c in cases if c.kind == "benchmark"]
+        out += [Group(name, (c.name,), benchmark=True, rounds_factor=c.rounds_factor)
+                for c in cases if c.kind == "benchmark"]
     return out
 
 
@@ -112,15 +114,22 @@ def schedule(rounds: int) -> list[str]:
     return [s for r in range(rounds) for s in (("A", "B") if r % 2 == 0 else ("B", "A"))]
 
 
-def session(units: list[str], rounds: int) -> list[tuple[str, int, str]]:
-    """(unit, index in that unit's schedule, side) in the order they run: round by round,
-    every unit's two sides in each round (a unit is what one process runs: a suite, or a
-    `Group`). Two rounds of one unit on one side are thus never back to back: run B B, a
-    minute-long state of a shared machine falls on both, and an A/A check on a 2-core VM
-    flagged an 18% change in a busy matmul."""
-    order = schedule(rounds)
-    return [(unit, i, order[i]) for r in range(rounds) for unit in units
-            for i in (2 * r, 2 * r + 1)]
+def session(units: list[Group], rounds: int) -> list[tuple[str, int, str]]:
+    """(unit's name, index in that unit's schedule, side) in the order they run: round by
+    round, every unit's two sides in each round (a unit is what one process runs: a `Group`).
+    Two rounds of one unit on one side are thus never back to back: run B B, a minute-long
+    state of a shared machine falls on both, and an A/A check on a 2-core VM flagged an 18%
+    change in a busy matmul. A unit with a `rounds_factor` goes on with its further rounds
+    once the others have had theirs."""
+    most = rounds * max((u.rounds_factor for u in units), default=1)
+    order = schedule(most)
+    return [(unit.name, i, order[i]) for r in range(most) for unit in units
+            if r < rounds * unit.rounds_factor for i in (2 * r, 2 * r + 1)]
+
+
+def more_rounds(units: list[Group], rounds: int) -> dict[str, int]:
+    """The rounds of each unit with more than the session's (for the record)."""
+    return {u.name: rounds * u.rounds_factor for u in units if u.rounds_factor != 1}
 
 
 def run_round(python: Path, selection: list[str], args: list[str], out: Path,
@@ -258,7 +267,7 @@ def ab(a: str, b: str, units: list[Group], run_args: list[str], rounds: int, out
     base = out_dir / f"ab-{stamp}"
     order = schedule(rounds)
     by_name = {g.name: g for g in units}
-    plan = session(list(by_name), rounds)
+    plan = session(units, rounds)
     for step, (name, i, side) in enumerate(plan, 1):
         where = base / "rounds" / f"{name}-{i:02d}-{side}"
         progress(f"[{step}/{len(plan)}] {side} {name} (round {i // 2 + 1}) ...")
@@ -271,6 +280,7 @@ def ab(a: str, b: str, units: list[Group], run_args: list[str], rounds: int, out
         "A": {"python": str(pythons["A"]), "torch": versions["A"]},
         "B": {"python": str(pythons["B"]), "torch": versions["B"]},
         "rounds": rounds, "schedule": "".join(order), "order": "round by round",
+        "more_rounds": more_rounds(units, rounds),
         "suites": list(dict.fromkeys(g.suite for g in units)), "groups": list(by_name)})
     return judge(base, thresholds, history)
 
@@ -296,9 +306,10 @@ def judge(base: Path, thresholds: dict[str, float] | None = None,
     rounds_of = {"A": [], "B": [], **load_rounds(base)}
     merged = {side: merge_runs(runs) for side, runs in rounds_of.items()}
     versions = {side: meta[side]["torch"] for side in merged}
+    more = meta.get("more_rounds", {})  # none before benchmarks had rounds of their own
     for side in merged:
         merged[side]["ab"] = {"side": side, **meta[side], "rounds": meta["rounds"],
-                              "schedule": meta["schedule"]}
+                              "schedule": meta["schedule"], "more_rounds": more}
         records.write_json_atomic(base / f"{side}.json", records.scrub_paths(merged[side]))
     changes = compare.compare_runs(merged["A"], merged["B"],
                                    {**compare.AB_THRESHOLDS, **(thresholds or {})},
@@ -306,7 +317,7 @@ def judge(base: Path, thresholds: dict[str, float] | None = None,
                                    replicates=round_values(rounds_of["A"], rounds_of["B"]))
     records.write_json_atomic(base / "comparison.json", {
         "A": versions["A"], "B": versions["B"], "rounds": meta["rounds"],
-        "history_runs": len(history or []),
+        "more_rounds": more, "history_runs": len(history or []),
         "counts": compare.counts(changes), "changes": [c.to_json() for c in changes]})
     return {**merged, "changes": changes, "dir": base, "versions": versions,
-            "rounds": meta["rounds"], "schedule": meta["schedule"]}
+            "rounds": meta["rounds"], "schedule": meta["schedule"], "more_rounds": more}

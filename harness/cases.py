@@ -251,6 +251,10 @@ class Case:
     # An upstream defect this case is known to catch in some runs ("pytorch/pytorch#N: what"):
     # the case still fails when it does; the pytest view expects that failure (xfail).
     known_issue: str = ""
+    # How many times ab's and matrix's rounds a benchmark gets. More than 1 where its figures'
+    # level is drawn per process (a forced TensorPipe launch, a DDP+RPC step): only more
+    # processes narrow those, and they are what ab misses at the default rounds.
+    rounds_factor: int = 1
 
     def param_sets(self, profile: str, device: str = "cpu") -> list[Params]:
         return _param_sets(self.params, profile, device)
@@ -308,12 +312,13 @@ class Suite:
         return func
 
     def _case(self, kind: str, params: ParamSpec, devices: Sequence[str], needs: Sequence[str],
-              sampled: bool = True, options: Sequence[str] = (), known_issue: str = ""):
+              sampled: bool = True, options: Sequence[str] = (), known_issue: str = "",
+              rounds_factor: int = 1):
         def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
             self.cases.append(
                 Case(self.name, func.__name__, kind, func, _first_line(func),
                      params or [{}], tuple(devices), tuple(needs), sampled, tuple(options),
-                     known_issue)
+                     known_issue, rounds_factor)
             )
             return func
 
@@ -326,11 +331,14 @@ class Suite:
         return self._case("conformance", params, devices, needs, known_issue=known_issue)
 
     def benchmark(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
-                  needs: Sequence[str] = (), sampled: bool = True, options: Sequence[str] = ()):
+                  needs: Sequence[str] = (), sampled: bool = True, options: Sequence[str] = (),
+                  rounds_factor: int = 1):
         """Decorator: register a benchmark case (named after the function). `sampled=False`
         keeps the runner's telemetry off while it runs (for cases that sample themselves);
-        `options` names parameters it reads when given (the CLI's --param may set them)."""
-        return self._case("benchmark", params, devices, needs, sampled, options)
+        `options` names parameters it reads when given (the CLI's --param may set them);
+        `rounds_factor` multiplies its rounds in ab and matrix (see `Case.rounds_factor`)."""
+        return self._case("benchmark", params, devices, needs, sampled, options,
+                          rounds_factor=rounds_factor)
 
     def workload(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                  needs: Sequence[str] = ()):

@@ -187,9 +187,10 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="give the verdicts again from an earlier ab's stored rounds")
     _add_selection(ab)
     ab.add_argument("--rounds", type=int, default=5, metavar="K",
-                    help="fresh processes per side and suite (default 5: A B, B A, A B, B A, "
+                    help="fresh processes per side and group (default 5: A B, B A, A B, B A, "
                          "A B; from 5 on a figure measured in sessions is judged by its own "
-                         "spread)")
+                         "spread); a benchmark whose level is drawn per process gets a "
+                         "multiple (its rounds_factor)")
     ab.add_argument("--out", default="results/scratch/ab", metavar="DIR",
                     help="where both sides' runs and the comparison go")
     ab.add_argument("--threshold", action="append", default=[], metavar="KIND=TOL",
@@ -448,6 +449,12 @@ def _history_line(history: list[dict] | None, changes) -> str:
     return f"history: {len(history)} runs; " + _detectable_line(changes)
 
 
+def _more_rounds(res: dict) -> str:
+    """The benchmarks that had more rounds than the rest (their level is drawn per process)."""
+    more = res.get("more_rounds") or {}
+    return "".join(f"; {n} rounds for {name}" for name, n in more.items())
+
+
 def _detectable_line(changes) -> str:
     """The smallest change the spread between runs (or rounds) lets through, at the Bonferroni
     level (BH's, which the verdicts use, is lower when several metrics changed)."""
@@ -546,7 +553,7 @@ def _cmd_ab(args) -> int:
         raise UsageError(str(e)) from e
     print(f"A: torch {res['versions']['A']}\nB: torch {res['versions']['B']}\n"
           f"{res['rounds']} rounds per side, round by round ({res['schedule']} for each "
-          f"suite's conformance cases and each benchmark case); "
+          f"suite's conformance cases and each benchmark case{_more_rounds(res)}); "
           f"history floor: {f'{len(history)} runs' if history else 'none'}")
     counts = _print_changes(res["changes"], False)
     print("rounds' spread: " + _detectable_line(res["changes"]))

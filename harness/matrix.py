@@ -103,6 +103,15 @@ def outcome_changes(prev: dict, this: dict, prev_label: str, label: str) -> list
     return out
 
 
+def plan(units: list[ab.Group], n_sides: int, rounds: int) -> list[tuple[int, ab.Group, int]]:
+    """(round, unit, side's position) in the order they run: round by round, each unit's
+    sides in that round's rotation; a unit with a `rounds_factor` goes on with its further
+    rounds once the others have had theirs."""
+    most = rounds * max((u.rounds_factor for u in units), default=1)
+    return [(r, unit, i) for r, order in enumerate(rotation(n_sides, most))
+            for unit in units if r < rounds * unit.rounds_factor for i in order]
+
+
 def matrix(sides: list[str], units: list[ab.Group], run_args: list[str], rounds: int,
            out_dir: Path, progress: Callable[[str], None],
            thresholds: dict[str, float] | None = None) -> dict[str, Any]:
@@ -117,12 +126,11 @@ def matrix(sides: list[str], units: list[ab.Group], run_args: list[str], rounds:
     versions = {label: ab.torch_version(p) for label, p in labelled}
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     base = out_dir / f"matrix-{stamp}"
-    plan = [(r, unit, labels[i]) for r, order in enumerate(rotation(len(labels), rounds))
-            for unit in units for i in order]
+    steps = [(r, unit, labels[i]) for r, unit, i in plan(units, len(labels), rounds)]
     runs: dict[str, list[dict]] = {label: [] for label in labels}
-    for step, (r, unit, label) in enumerate(plan, 1):
+    for step, (r, unit, label) in enumerate(steps, 1):
         where = base / "rounds" / f"{unit.name}-{r:02d}-{labels.index(label)}"
-        progress(f"[{step}/{len(plan)}] torch {versions[label]} {unit.name} (round {r + 1}) ...")
+        progress(f"[{step}/{len(steps)}] torch {versions[label]} {unit.name} (round {r + 1}) ...")
         t0 = time.perf_counter()
         # a label may be a path: the log is named by the side's position
         log = base / "logs" / f"side-{labels.index(label)}.log"
@@ -131,7 +139,7 @@ def matrix(sides: list[str], units: list[ab.Group], run_args: list[str], rounds:
             raise ab.AbError(f"torch {versions[label]} ({label}) wrote no run for "
                              f"{unit.name}; see {log}")
         runs[label].append(records.read_run(path))
-        progress(f"[{step}/{len(plan)}] done in {time.perf_counter() - t0:.0f} s")
+        progress(f"[{step}/{len(steps)}] done in {time.perf_counter() - t0:.0f} s")
     return judge(base, labels, versions, runs, rounds, thresholds)
 
 

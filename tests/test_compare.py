@@ -400,6 +400,34 @@ def test_ab_runs_each_benchmark_case_in_a_process_of_its_own():
     assert [g.name for g in ab.groups(["amp"], case_filter="gemm")] == ["amp.gemm_ladder"]
 
 
+def test_a_benchmark_whose_level_is_drawn_per_process_gets_more_rounds():
+    # its suite declares it (rounds_factor): ab and matrix run its further rounds after the
+    # others' rounds, in the same alternation, and the record says how many it had
+    from harness import ab, matrix
+
+    units = ab.groups(["rpc", "ddp_rpc"], case_filter="t")
+    factors = {g.name: g.rounds_factor for g in units}
+    assert factors["rpc.round_trip"] == 2 and factors["ddp_rpc.step_time"] == 2
+    assert factors["rpc.batched_update"] == 1 and factors["rpc"] == 1
+    more, once = ab.Group("rpc", ("round_trip",), True, 2), ab.Group("amp", ("gemm_ladder",), True)
+    plan = ab.session([more, once], 2)
+    assert [(s, side) for s, _, side in plan] == [
+        ("rpc.round_trip", "A"), ("rpc.round_trip", "B"), ("amp.gemm_ladder", "A"),
+        ("amp.gemm_ladder", "B"), ("rpc.round_trip", "B"), ("rpc.round_trip", "A"),
+        ("amp.gemm_ladder", "B"), ("amp.gemm_ladder", "A"),
+        ("rpc.round_trip", "A"), ("rpc.round_trip", "B"), ("rpc.round_trip", "B"),
+        ("rpc.round_trip", "A")]
+    assert [(i, side) for s, i, side in plan if s == more.name] == list(
+        enumerate(ab.schedule(4)))
+    assert ab.more_rounds([more, once], 2) == {"rpc.round_trip": 4}
+    # a matrix of three sides: each round rotates the sides, the further rounds included
+    sides = matrix.plan([more, once], 3, 1)
+    assert [(r, u.name, i) for r, u, i in sides] == [
+        (0, "rpc.round_trip", 0), (0, "rpc.round_trip", 1), (0, "rpc.round_trip", 2),
+        (0, "amp.gemm_ladder", 0), (0, "amp.gemm_ladder", 1), (0, "amp.gemm_ladder", 2),
+        (1, "rpc.round_trip", 1), (1, "rpc.round_trip", 2), (1, "rpc.round_trip", 0)]
+
+
 def test_ab_pairs_a_cases_rounds_by_its_own_runs_whatever_else_a_process_ran():
     # A side's rounds of a case sit among other processes' runs of its suite (its suite's
     # conformance cases, its other benchmarks), in whatever order the side's runs come: the
@@ -424,7 +452,7 @@ def test_ab_pairs_a_cases_rounds_by_its_own_runs_whatever_else_a_process_ran():
 def test_ab_goes_round_by_round_so_one_sides_rounds_of_a_suite_are_never_back_to_back():
     from harness import ab
 
-    plan = ab.session(["amp", "rpc"], 3)
+    plan = ab.session([ab.Group("amp", ("a",)), ab.Group("rpc", ("b",))], 3)
     assert [(s, side) for s, _, side in plan] == [
         ("amp", "A"), ("amp", "B"), ("rpc", "A"), ("rpc", "B"),
         ("amp", "B"), ("amp", "A"), ("rpc", "B"), ("rpc", "A"),
