@@ -140,7 +140,7 @@ def matrix(sides: list[str], units: list[ab.Group], run_args: list[str], rounds:
                              f"{unit.name}; see {log}")
         runs[label].append(records.read_run(path))
         progress(f"[{step}/{len(steps)}] done in {time.perf_counter() - t0:.0f} s")
-    return judge(base, labels, versions, runs, rounds, thresholds)
+    return judge(base, labels, versions, runs, rounds, thresholds, ab.more_rounds(units, rounds))
 
 
 def judge_again(base: Path, thresholds: dict[str, float] | None = None) -> dict[str, Any]:
@@ -154,12 +154,13 @@ def judge_again(base: Path, thresholds: dict[str, float] | None = None) -> dict[
     by_side = ab.load_rounds(base)  # sides are named by their position among the labels
     runs = {label: by_side.get(str(i), []) for i, label in enumerate(labels)}
     return judge(base, labels, {v["label"]: v["torch"] for v in meta["versions"]}, runs,
-                 meta["rounds"], thresholds)
+                 meta["rounds"], thresholds, meta.get("more_rounds"))
 
 
 def judge(base: Path, labels: list[str], versions: dict[str, str],
           runs: dict[str, list[dict]], rounds: int,
-          thresholds: dict[str, float] | None = None) -> dict[str, Any]:
+          thresholds: dict[str, float] | None = None,
+          more_rounds: dict[str, int] | None = None) -> dict[str, Any]:
     merged = {label: ab.merge_runs(runs[label]) for label in labels}
     for label in labels:
         records.write_json_atomic(base / f"torch-{label}.json",
@@ -181,7 +182,8 @@ def judge(base: Path, labels: list[str], versions: dict[str, str],
                                   in headline_ids],
             "changes": outcome_changes(summary[prev], summary[this], prev, this)})
     record = {"schema": SCHEMA, "machine": machine.fingerprint(), "started": merged[
-        labels[0]]["started"], "rounds": rounds, "order": "rotated round by round",
+        labels[0]]["started"], "rounds": rounds, "more_rounds": more_rounds or {},
+        "order": "rotated round by round",
         "versions": [{"label": label, "torch": versions[label]} for label in labels],
         "sides": summary, "steps": steps}
     records.write_json_atomic(base / "matrix.json", records.scrub_paths(record))

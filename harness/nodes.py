@@ -531,7 +531,7 @@ def multihost(plan: HostPlan, run_args: Sequence[str]) -> int:
             if agent_code is not None:  # the run took place: the other hosts leave through it
                 _wait_for_others(store, plan)
             del store
-        else:  # interrupted, it waits for no status
+        else:  # (interrupted, without waiting for node 0's status)
             agent_code = wrapper_done(plan, wait=code is not None)
     if agent_code is not None:  # node 0's run ended: its summary said what failed
         if code not in (0, None) and agent_code == 0:
