@@ -146,6 +146,24 @@ def _marked(compare_output: str, mark: str) -> list[str]:
     return out
 
 
+# asv's graph page races its own layout: flot can draw before the graph has its width, and
+# throws this (seen twice here in fresh-clone runs, once after opening the graph in-page as a
+# reader does). Only that error, on the graph's first visit, earns a second visit; any other
+# error, or this one twice, fails the test.
+FLOT_WIDTH_RACE = "uncaught: Invalid dimensions for plot, width = 0"
+
+
+def _graph_visit(url: str):
+    def once():
+        return visit(f"{url}/index.html", "asv-graph", then_hash="bench.Matmul.time_planted",
+                     wait_for="#main-graph canvas", count=("#main-graph canvas",))
+
+    graph = once()
+    if graph.console_errors and all(e.startswith(FLOT_WIDTH_RACE) for e in graph.console_errors):
+        graph = once()
+    return graph
+
+
 @pytest.mark.slow
 def test_asv_compare_flags_the_planted_slowdown_and_publishes_a_working_dashboard(tmp_path):
     repo, env = make(tmp_path, "planted", {"bench.py": BENCH})
@@ -182,8 +200,7 @@ def test_asv_compare_flags_the_planted_slowdown_and_publishes_a_working_dashboar
     with served(repo / "html") as url:
         page = visit(f"{url}/index.html", "asv-dashboard", wait_for="text=time_planted",
                      count=(".benchmark-container",))
-        graph = visit(f"{url}/index.html", "asv-graph", then_hash="bench.Matmul.time_planted",
-                      wait_for="#main-graph canvas", count=("#main-graph canvas",))
+        graph = _graph_visit(url)
     assert page.console_errors == [] and graph.console_errors == [], (page.console_errors,
                                                                       graph.console_errors)
     assert page.title == "airspeed velocity of an unladen planted"
