@@ -84,6 +84,10 @@ class Group:
         """`suite` for its conformance cases, `suite.case` for a benchmark case."""
         return f"{self.suite}.{self.cases[0]}" if self.benchmark else self.suite
 
+    def rounds_of(self, rounds: int) -> int:
+        """Its rounds in a session of `rounds`."""
+        return rounds * self.rounds_factor
+
     def selection(self) -> list[str]:
         """The `run` options that select this group's cases."""
         return ["--suite", self.suite, *(a for case in self.cases for a in ("--only", case))]
@@ -121,15 +125,15 @@ def session(units: list[Group], rounds: int) -> list[tuple[str, int, str]]:
     state of a shared machine falls on both, and an A/A check on a 2-core VM flagged an 18%
     change in a busy matmul. A unit with a `rounds_factor` goes on with its further rounds
     once the others have had theirs."""
-    most = rounds * max((u.rounds_factor for u in units), default=1)
+    most = max((u.rounds_of(rounds) for u in units), default=rounds)
     order = schedule(most)
     return [(unit.name, i, order[i]) for r in range(most) for unit in units
-            if r < rounds * unit.rounds_factor for i in (2 * r, 2 * r + 1)]
+            if r < unit.rounds_of(rounds) for i in (2 * r, 2 * r + 1)]
 
 
 def more_rounds(units: list[Group], rounds: int) -> dict[str, int]:
     """The rounds of each unit with more than the session's (for the record)."""
-    return {u.name: rounds * u.rounds_factor for u in units if u.rounds_factor != 1}
+    return {u.name: u.rounds_of(rounds) for u in units if u.rounds_factor != 1}
 
 
 def run_round(python: Path, selection: list[str], args: list[str], out: Path,
