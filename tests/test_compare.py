@@ -407,7 +407,7 @@ def test_a_benchmark_whose_level_is_drawn_per_process_gets_more_rounds():
 
     units = ab.groups(["rpc", "ddp_rpc"], case_filter="t")
     factors = {g.name: g.rounds_factor for g in units}
-    assert factors["rpc.round_trip"] == 2 and factors["ddp_rpc.step_time"] == 2
+    assert factors["rpc.round_trip"] == 4 and factors["ddp_rpc.step_time"] == 3
     assert factors["rpc.batched_update"] == 1 and factors["rpc"] == 1
     more, once = ab.Group("rpc", ("round_trip",), True, 2), ab.Group("amp", ("gemm_ladder",), True)
     plan = ab.session([more, once], 2)
