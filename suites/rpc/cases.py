@@ -274,7 +274,8 @@ def _forced_spec(device: str, transport: str) -> GroupSpec:
 # rounds_factor: the forced launches' level is drawn per process (their sessions do not see
 # it), so ab needs more processes than elsewhere to tell +100 us per call from noise: with
 # 5 rounds an ab caught 33 of the 47 figures a planted +100 us moved, with 10 39 of 46; stored
-# rounds judged as 20 missed only the forced-uv launch's p99 at 4 B
+# rounds of quiet sessions judged as 20 missed only the forced-uv launch's p99 at 4 B (a fresh
+# ab with 20 in a noisy session missed 21 of 48)
 @suite.benchmark(devices=DEVICES, needs=("distributed",), options=("sizes", "min_samples"),
                  rounds_factor=4)
 def round_trip(ctx: Context) -> None:
