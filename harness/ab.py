@@ -125,10 +125,15 @@ def session(units: list[Group], rounds: int) -> list[tuple[str, int, str]]:
     state of a shared machine falls on both, and an A/A check on a 2-core VM flagged an 18%
     change in a busy matmul. A unit with a `rounds_factor` goes on with its further rounds
     once the others have had theirs."""
-    most = max((u.rounds_of(rounds) for u in units), default=rounds)
+    most = longest(units, rounds)
     order = schedule(most)
     return [(unit.name, i, order[i]) for r in range(most) for unit in units
             if r < unit.rounds_of(rounds) for i in (2 * r, 2 * r + 1)]
+
+
+def longest(units: list[Group], rounds: int) -> int:
+    """The most rounds any unit has in a session of `rounds` (its further rounds included)."""
+    return max((u.rounds_of(rounds) for u in units), default=rounds)
 
 
 def more_rounds(units: list[Group], rounds: int) -> dict[str, int]:

@@ -107,7 +107,7 @@ def plan(units: list[ab.Group], n_sides: int, rounds: int) -> list[tuple[int, ab
     """(round, unit, side's position) in the order they run: round by round, each unit's
     sides in that round's rotation; a unit with a `rounds_factor` goes on with its further
     rounds once the others have had theirs."""
-    most = max((u.rounds_of(rounds) for u in units), default=rounds)
+    most = ab.longest(units, rounds)
     return [(r, unit, i) for r, order in enumerate(rotation(n_sides, most))
             for unit in units if r < unit.rounds_of(rounds) for i in order]
 
