@@ -23,12 +23,18 @@ BIN = Path(sys.executable).parent
 # 0.7 or 0.9 ms). With 3 rounds a side, an A/A comparison finds one side all slow and the
 # other all fast once in 32 for each such figure, and a fresh clone's run here did (0.82x,
 # adjusted p 0.04): 4 rounds make that once in 128.
-ROUNDS = "4"
+AA_ROUNDS = 4
+# One round in four or five here can come out near 1.0x for a GEMM the plant slows 1.25x (a
+# burst of load on one side), and with 4 rounds that left CI's planted ab with nothing
+# significant (minimum detectable change 41%, adjusted p 0.096 at best). The stored rounds of
+# five planted whole-profile abs, judged 6 rounds at a time in every pairing, flagged 7 to 9
+# of the 9 GEMM times each (where 4 rounds flagged none in one of them).
+PLANTED_ROUNDS = 6
 
 
-def _ab(a, b, out: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+def _ab(a, b, out: Path, rounds: int) -> tuple[subprocess.CompletedProcess, dict]:
     proc = subprocess.run([BIN / "release-bench", "ab", str(a), str(b), "--suite", "amp",
-                           "--case", "gemm", "--rounds", ROUNDS, "--out", str(out), *extra],
+                           "--case", "gemm", "--rounds", str(rounds), "--out", str(out)],
                           capture_output=True, text=True, timeout=900)
     (where,) = list(out.glob("ab-*"))
     return proc, json.loads((where / "comparison.json").read_text())
@@ -40,7 +46,7 @@ def _flagged(comparison: dict, verdict: str) -> set[tuple]:
 
 
 def test_ab_of_one_environment_against_itself_flags_nothing(tmp_path):
-    proc, cmp = _ab(sys.executable, sys.executable, tmp_path)  # no history floor
+    proc, cmp = _ab(sys.executable, sys.executable, tmp_path, AA_ROUNDS)  # no history floor
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
     assert cmp["counts"]["regression"] == 0 and cmp["counts"]["improvement"] == 0, proc.stdout
     judged = [c for c in cmp["changes"] if c["adjusted"] is not None]
@@ -53,12 +59,12 @@ def test_ab_of_one_environment_against_itself_flags_nothing(tmp_path):
     for side in ("A", "B"):  # both sides' merged runs are kept and readable
         run = records.read_run(where / f"{side}.json")
         assert run["ab"]["schedule"] == "ABBAABBA"
-        assert all(e["details"]["rounds"] == 4 for e in run["results"])
+        assert all(e["details"]["rounds"] == AA_ROUNDS for e in run["results"])
 
 
 def test_ab_flags_a_planted_matmul_slowdown_and_leaves_the_ratios_alone(tmp_path):
     slow = planted_python(tmp_path / "slow-python", "matmul=0.25", sys.executable)
-    proc, cmp = _ab(sys.executable, slow, tmp_path / "out")  # the rounds' spread
+    proc, cmp = _ab(sys.executable, slow, tmp_path / "out", PLANTED_ROUNDS)
     assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
     regressions = _flagged(cmp, "regression")
     # Process-to-process noise here keeps ab from catching every matmul with a few rounds a
