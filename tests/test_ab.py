@@ -27,7 +27,7 @@ AA_ROUNDS = 4
 # One round in four or five here can come out near 1.0x for a GEMM the plant slows 1.25x (a
 # burst of load on one side), and with 4 rounds that left CI's planted ab with nothing
 # significant (minimum detectable change 41%, adjusted p 0.096 at best). The stored rounds of
-# five planted whole-profile abs, judged 6 rounds at a time in every pairing, flagged 7 to 9
+# five planted abs (matmul=0.25), judged 6 rounds at a time in every pairing, flagged 7 to 9
 # of the 9 GEMM times each (where 4 rounds flagged none in one of them).
 PLANTED_ROUNDS = 6
 
