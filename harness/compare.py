@@ -224,6 +224,12 @@ MAX_LOG_BAND = math.log(1000.0)  # a band wider than 1000x is reported as none
 # the A/A flagged 4 and 6 of the forced-shm and forced-uv launches' 4 MiB figures; on 5 it
 # tripped.
 SESSIONS_MIN_ROUNDS = 5
+# Members a family needs to stand on its own spread; a smaller one also borrows its kind's
+# (between_runs). The telemetry sampler's cost on a fixed loop is three times of one loop
+# that move together; one process draws its level about +-10% from the next, and a
+# whole-profile A/A whose five B processes all drew slow flagged two of the three (1.1x,
+# adjusted p 0.02-0.04) on their own spread alone.
+SMALL_FAMILY = 5
 
 
 def between_runs(changes: list[Change], replicates: Replicates,
@@ -250,6 +256,17 @@ def between_runs(changes: list[Change], replicates: Replicates,
         ratios = [y / x for x, y in zip(a, b, strict=True)] if paired else None
         groups.setdefault(family, []).append([ratios] if paired else [a, b])
     priors = {f: stats.family_prior(g) for f, g in groups.items()}
+    # a small family borrows from its whole kind (every family of its kind judged the same
+    # way) where that is wider: three figures of one case that are one measurement seen three
+    # ways move together, so their own spread says nothing of a level drawn per process
+    kinds: dict[tuple[str, bool], list[list[list[float]]]] = {}
+    for (_, kind, paired), g in groups.items():
+        kinds.setdefault((kind, paired), []).extend(g)
+    kind_priors = {k: stats.family_prior(g) for k, g in kinds.items()}
+    for (case, kind, paired), g in groups.items():
+        if len(g) < SMALL_FAMILY and (wide := kind_priors[(kind, paired)]) is not None:
+            own = priors[(case, kind, paired)]
+            priors[(case, kind, paired)] = wide if own is None else max(own, wide)
     out = {}
     for i, (a, b, family, within) in sides.items():
         c = changes[i]
