@@ -359,12 +359,12 @@ def test_ab_judges_each_round_by_its_own_ratio():
                                                     replicates=unpaired)} == {"unchanged"}
 
 
-def _two_case_rounds(rng, wide: list[float], small: list[float]) -> list[dict]:
-    """One side's rounds of two cases: "wide", six independent figures whose level is drawn
-    per process (GEMMs at six sizes), and "small", three figures of one loop that share its
-    level (the telemetry sampler's three times). Each item of `wide`/`small` is a round."""
+def _two_case_rounds(rng, small: list[float], spread: float = 0.1) -> list[dict]:
+    """One side's rounds (one per item of `small`) of two cases: "c", six independent figures
+    whose level is drawn per process (log spread `spread`, like GEMMs at six sizes), and
+    "small", three figures of one loop at that round's level (the telemetry sampler's times)."""
     rounds = []
-    for spread, level in zip(wide, small, strict=True):
+    for level in small:
         run = _run([_metric("t", _samples(rng, rng.lognormal(0, spread), n=20, spread=0.005),
                             labels={"i": i}) for i in range(6)])
         run["results"].append({**run["results"][0], "case": "small", "metrics": [
@@ -374,39 +374,38 @@ def _two_case_rounds(rng, wide: list[float], small: list[float]) -> list[dict]:
     return rounds
 
 
+def _two_case_ab(seed: int, small_b: list[float]):
+    """The ab of those two cases, A's small case at 1.0 and B's at `small_b` round by round;
+    returns a function that judges it (when called) and gives one case's verdicts."""
+    from harness import ab
+
+    rng = np.random.default_rng(seed)
+    a_rounds = _two_case_rounds(rng, [1.0] * len(small_b))
+    b_rounds = _two_case_rounds(rng, small_b)
+    reps = ab.round_values(a_rounds, b_rounds)
+    a, b = ab.merge_runs(a_rounds), ab.merge_runs(b_rounds)
+
+    def verdicts(case: str) -> set[str]:
+        changes = compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps)
+        return {c.verdict for c in changes if c.case.startswith(f"s/{case}[")}
+    return verdicts
+
+
 def test_a_small_family_of_alike_figures_borrows_its_kinds_spread(monkeypatch):
     """An A/A: every figure's level is drawn per process (about +-10%). The small case's three
     figures move together, and its five B processes all drew slow (B/A 1.07-1.16, as the
     telemetry sampler's times did in a whole-profile A/A). Its own family's spread is as small
     as each one's; the kind's says what a process's level does."""
-    from harness import ab
-
-    rng = np.random.default_rng(14)
-    a_rounds = _two_case_rounds(rng, [0.1] * 5, [1.0] * 5)
-    b_rounds = _two_case_rounds(rng, [0.1] * 5, [1.07, 1.14, 1.1, 1.07, 1.16])
-    reps = ab.round_values(a_rounds, b_rounds)
-    a, b = ab.merge_runs(a_rounds), ab.merge_runs(b_rounds)
-
-    def small_verdicts() -> set[str]:
-        changes = compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps)
-        return {c.verdict for c in changes if c.case.startswith("s/small")}
-
-    assert small_verdicts() == {"unchanged"}
+    verdicts = _two_case_ab(14, [1.07, 1.14, 1.1, 1.07, 1.16])
+    assert verdicts("small") == {"unchanged"}
     monkeypatch.setattr(compare, "SMALL_FAMILY", 0)  # each family on its own spread
-    assert small_verdicts() == {"regression"}
+    assert verdicts("small") == {"regression"}
 
 
 def test_a_small_family_still_flags_a_change_past_its_kinds_spread():
-    from harness import ab
-
-    rng = np.random.default_rng(15)
-    a_rounds = _two_case_rounds(rng, [0.1] * 5, [1.0] * 5)
-    b_rounds = _two_case_rounds(rng, [0.1] * 5, [1.5, 1.45, 1.55, 1.5, 1.52])
-    reps = ab.round_values(a_rounds, b_rounds)
-    changes = compare.compare_runs(ab.merge_runs(a_rounds), ab.merge_runs(b_rounds),
-                                   compare.AB_THRESHOLDS, replicates=reps)
-    assert {c.verdict for c in changes if c.case.startswith("s/small")} == {"regression"}
-    assert {c.verdict for c in changes if c.case.startswith("s/c[")} == {"unchanged"}
+    verdicts = _two_case_ab(15, [1.5, 1.45, 1.55, 1.5, 1.52])
+    assert verdicts("small") == {"regression"}
+    assert verdicts("c") == {"unchanged"}
 
 
 def test_ab_pairs_rounds_by_round_when_one_is_left_out():
