@@ -15,6 +15,7 @@ rounds' B/A ratios (`round_values`).
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import time
@@ -29,6 +30,10 @@ from harness import compare, records, stats
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTCOME_ORDER = ("error", "fail", "invalid", "pass", "skip")  # the worst first
+# The minimum detectable change a benchmark's figures should reach when `ab` may run further
+# rounds (`--max-rounds`): twice the 5% tolerance, which rounds on this 2-core VM reach in a
+# quiet session (a GEMM's or a training step's 7-12% at 8 rounds) and miss in a noisy one.
+PRECISION = 0.10
 
 
 class AbError(Exception):
@@ -125,10 +130,53 @@ def session(units: list[Group], rounds: int) -> list[tuple[str, int, str]]:
     state of a shared machine falls on both, and an A/A check on a 2-core VM flagged an 18%
     change in a busy matmul. A unit with a `rounds_factor` goes on with its further rounds
     once the others have had theirs."""
-    most = longest(units, rounds)
+    return _plan(units, {}, {u.name: u.rounds_of(rounds) for u in units})
+
+
+def _plan(units: list[Group], done: dict[str, int],
+          wanted: dict[str, int]) -> list[tuple[str, int, str]]:
+    """The rounds from `done` (0 where absent) up to `wanted` of each unit named there, in
+    `session`'s order: round by round, each unit's sides continuing its A B B A schedule."""
+    most = max(wanted.values(), default=0)
     order = schedule(most)
     return [(unit.name, i, order[i]) for r in range(most) for unit in units
-            if r < unit.rounds_of(rounds) for i in (2 * r, 2 * r + 1)]
+            if done.get(unit.name, 0) <= r < wanted.get(unit.name, 0)
+            for i in (2 * r, 2 * r + 1)]
+
+
+def unit_of(case_key: str) -> str:
+    """The benchmark group that measured a result (`compare.result_key`: suite/case[...])."""
+    return case_key.split("[", 1)[0].replace("/", ".", 1)
+
+
+def rounds_for_precision(changes: list[compare.Change], units: list[Group], rounds: int,
+                         precision: float, max_rounds: int) -> dict[str, int]:
+    """How many rounds each benchmark needs for `precision`, where its session's rounds fell
+    short: {group's name: rounds in all}, at most `max_rounds` (times its rounds_factor).
+
+    A benchmark falls short when the median minimum detectable change of its figures (a
+    figure too noisy to have one counts as the worst) is past `precision`. That change shrinks
+    with the square root of the rounds, so it needs its rounds times (its change / precision)
+    squared, both on the log scale. This is Stein's two-stage procedure, or an internal pilot
+    (Wittes and Brittain, 1990): the first rounds estimate the spread, which decides how many
+    more to run. The rule looks at the spread alone, never at the change, so an A/A check
+    stays as quiet (the mean and variance of normal samples are independent), and a quiet
+    session costs nothing more while a noisy one gets rounds where its noise is."""
+    by_unit: dict[str, list[float]] = {}
+    for c in changes:
+        if c.adjusted is not None and c.extra.get("se_log") is not None:
+            by_unit.setdefault(unit_of(c.case), []).append(
+                math.inf if c.detectable is None else c.detectable)
+    out = {}
+    for unit in units:
+        if not unit.benchmark or not (mdc := by_unit.get(unit.name)):
+            continue
+        had, cap = unit.rounds_of(rounds), unit.rounds_of(max_rounds)
+        median = float(np.median(mdc))
+        if median > precision and had < cap:
+            need = had * (math.log1p(median) / math.log1p(precision)) ** 2
+            out[unit.name] = min(cap, math.ceil(need))
+    return out
 
 
 def longest(units: list[Group], rounds: int) -> int:
@@ -265,8 +313,11 @@ def round_values(a_runs: list[dict], b_runs: list[dict]) -> compare.Replicates:
 
 def ab(a: str, b: str, units: list[Group], run_args: list[str], rounds: int, out_dir: Path,
        progress: Callable[[str], None], thresholds: dict[str, float] | None = None,
-       history: list[dict] | None = None) -> dict[str, Any]:
+       history: list[dict] | None = None, max_rounds: int | None = None,
+       precision: float = PRECISION) -> dict[str, Any]:
     """Run the A/B comparison; returns {"A": run, "B": run, "changes": [...], "dir": Path}.
+    With `max_rounds` above `rounds`, a benchmark whose figures are still too noisy for
+    `precision` after its rounds gets more, up to that many (`rounds_for_precision`).
 
     Every round's run is kept under `<dir>/rounds/`, so that `judge` can give the verdicts
     again (other thresholds, another history) without measuring again."""
@@ -274,31 +325,50 @@ def ab(a: str, b: str, units: list[Group], run_args: list[str], rounds: int, out
     versions = {side: torch_version(p) for side, p in pythons.items()}
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     base = out_dir / f"ab-{stamp}"
-    order = schedule(rounds)
     by_name = {g.name: g for g in units}
-    plan = session(units, rounds)
-    for step, (name, i, side) in enumerate(plan, 1):
-        where = base / "rounds" / f"{name}-{i:02d}-{side}"
-        progress(f"[{step}/{len(plan)}] {side} {name} (round {i // 2 + 1}) ...")
-        t0 = time.perf_counter()
-        if run_round(pythons[side], by_name[name].selection(), run_args, where,
-                     base / f"{side}.log") is None:
-            raise AbError(f"side {side} wrote no run for {name}; see {base / f'{side}.log'}")
-        progress(f"[{step}/{len(plan)}] {side} {name} done in {time.perf_counter() - t0:.0f} s")
-    records.write_json_atomic(base / "ab.json", {
-        "A": {"python": str(pythons["A"]), "torch": versions["A"]},
-        "B": {"python": str(pythons["B"]), "torch": versions["B"]},
-        "rounds": rounds, "schedule": "".join(order), "order": "round by round",
-        "more_rounds": more_rounds(units, rounds),
-        "suites": list(dict.fromkeys(g.suite for g in units)), "groups": list(by_name)})
-    return judge(base, thresholds, history)
+    meta = {"A": {"python": str(pythons["A"]), "torch": versions["A"]},
+            "B": {"python": str(pythons["B"]), "torch": versions["B"]},
+            "rounds": rounds, "schedule": "".join(schedule(rounds)), "order": "round by round",
+            "more_rounds": more_rounds(units, rounds),
+            "suites": list(dict.fromkeys(g.suite for g in units)), "groups": list(by_name)}
+
+    def run(plan: list[tuple[str, int, str]]) -> None:
+        for step, (name, i, side) in enumerate(plan, 1):
+            where = base / "rounds" / f"{name}-{i:02d}-{side}"
+            progress(f"[{step}/{len(plan)}] {side} {name} (round {i // 2 + 1}) ...")
+            t0 = time.perf_counter()
+            if run_round(pythons[side], by_name[name].selection(), run_args, where,
+                         base / f"{side}.log") is None:
+                raise AbError(f"side {side} wrote no run for {name}; see {base / f'{side}.log'}")
+            progress(f"[{step}/{len(plan)}] {side} {name} done in "
+                     f"{time.perf_counter() - t0:.0f} s")
+
+    run(session(units, rounds))
+    records.write_json_atomic(base / "ab.json", meta)
+    res = judge(base, thresholds, history)
+    if not max_rounds or max_rounds <= rounds:
+        return res
+    wanted = rounds_for_precision(res["changes"], units, rounds, precision, max_rounds)
+    meta["precision"] = {"target": precision, "max_rounds": max_rounds, "further": wanted}
+    if wanted:
+        progress("further rounds for a precision of " + f"{100 * precision:.0f}%: " + ", ".join(
+            f"{name} {n}" for name, n in wanted.items()))
+        run(_plan(units, {u.name: u.rounds_of(rounds) for u in units}, wanted))
+        meta["more_rounds"] = {**meta["more_rounds"], **wanted}
+    records.write_json_atomic(base / "ab.json", meta)
+    return judge(base, thresholds, history) if wanted else res
 
 
 def load_rounds(base: Path) -> dict[str, list[dict]]:
     """The stored runs of `<base>/rounds/<unit>-<round>-<side>`, by side, each unit's in round
     order (what `round_values` pairs by)."""
+    def order(folder: Path) -> tuple[str, int]:
+        # by the index's number: "-100-" sorts before "-11-" as text
+        unit, index, _ = folder.name.rsplit("-", 2)
+        return unit, int(index)
+
     out: dict[str, list[dict]] = {}
-    for folder in sorted((base / "rounds").iterdir()):
+    for folder in sorted((base / "rounds").iterdir(), key=order):
         out.setdefault(folder.name.rsplit("-", 1)[1], []).append(
             records.read_run(records.resolve_run(folder)))
     return out

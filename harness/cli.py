@@ -41,6 +41,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1 such as 0.1, "
+                                         f"got {text!r}")
+    return value
+
+
 def _param(text: str) -> tuple[str, object]:
     import json
 
@@ -191,6 +202,13 @@ def _build_parser() -> argparse.ArgumentParser:
                          "A B; from 5 on a figure measured in sessions is judged by its own "
                          "spread); a benchmark whose level is drawn per process gets a "
                          "multiple (its rounds_factor)")
+    ab.add_argument("--max-rounds", type=int, metavar="N",
+                    help="let a benchmark whose figures' median minimum detectable change is "
+                         "still past --precision after its rounds run as many more as its "
+                         "spread says that needs, up to N in all (times its rounds_factor); "
+                         "default: no further rounds")
+    ab.add_argument("--precision", type=_fraction, default=None, metavar="F",
+                    help="the minimum detectable change --max-rounds aims at (default 0.1)")
     ab.add_argument("--out", default="results/scratch/ab", metavar="DIR",
                     help="where both sides' runs and the comparison go")
     ab.add_argument("--threshold", action="append", default=[], metavar="KIND=TOL",
@@ -540,6 +558,11 @@ def _cmd_ab(args) -> int:
         raise UsageError(f"--rounds must be at least 1, got {args.rounds}")
     if not args.judge and not (args.a and args.b):
         raise UsageError("ab needs two environments, A and B (or --judge AB_DIR)")
+    if args.max_rounds is not None and args.max_rounds <= args.rounds:
+        raise UsageError(f"--max-rounds must be above --rounds ({args.rounds}), "
+                         f"got {args.max_rounds}")
+    if args.precision is not None and args.max_rounds is None:
+        raise UsageError("--precision is what --max-rounds aims at: give --max-rounds too")
     history = _ab_history(args)
     run_args = _run_args(args)
     try:
@@ -548,7 +571,8 @@ def _cmd_ab(args) -> int:
         else:
             res = ab.ab(args.a, args.b, _units(suites, args), run_args, args.rounds, Path(args.out),
                         lambda s: print(s, file=sys.stderr, flush=True),
-                        dict(args.threshold), history)
+                        dict(args.threshold), history, args.max_rounds,
+                        args.precision or ab.PRECISION)
     except ab.AbError as e:
         raise UsageError(str(e)) from e
     print(f"A: torch {res['versions']['A']}\nB: torch {res['versions']['B']}\n"

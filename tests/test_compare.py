@@ -477,6 +477,72 @@ def test_a_benchmark_whose_level_is_drawn_per_process_gets_more_rounds():
         (1, "rpc.round_trip", 1), (1, "rpc.round_trip", 2), (1, "rpc.round_trip", 0)]
 
 
+def _judged(case: str, detectable: list[float | None]) -> list[compare.Change]:
+    """A benchmark's judged figures with these minimum detectable changes (None: too noisy
+    for any change to be told from noise)."""
+    return [compare.Change(f"{case}[cpu default]", "t", {"i": i}, "s", "time", 1.0, 1.0, 1.0,
+                           None, 0.5, adjusted=0.5, detectable=d, extra={"se_log": 0.1})
+            for i, d in enumerate(detectable)]
+
+
+def test_a_benchmark_too_noisy_for_the_precision_gets_the_rounds_its_spread_needs():
+    from harness import ab
+
+    units = [ab.Group("amp", ("grad_scaler",)), ab.Group("amp", ("gemm_ladder",), True),
+             ab.Group("amp", ("train_step",), True), ab.Group("rpc", ("round_trip",), True, 4),
+             ab.Group("telemetry", ("sampling_overhead",), True)]
+    changes = [*_judged("amp/gemm_ladder", [0.12, 0.13, 0.11]),  # median 12%
+               *_judged("amp/train_step", [0.3, None, 0.2]),  # one too noisy to call
+               *_judged("rpc/round_trip", [0.2, 0.3]),
+               *_judged("telemetry/sampling_overhead", [0.05, 0.2, 0.08])]  # median 8%
+    # the change shrinks with the square root of the rounds: 5 (log 1.12 / log 1.1)^2 = 7.07
+    assert ab.rounds_for_precision(changes, units, 5, 0.10, 10) == {
+        "amp.gemm_ladder": 8, "amp.train_step": 10, "rpc.round_trip": 40}
+    # nothing further where the cap is what the session already had, or the precision is met
+    assert ab.rounds_for_precision(changes, units, 5, 0.10, 5) == {}
+    assert ab.rounds_for_precision(changes, units, 5, 0.35, 10) == {}
+
+
+def test_ab_runs_the_further_rounds_a_noisy_benchmark_needs_in_the_same_alternation(
+        tmp_path, monkeypatch):
+    """A fake ab of two benchmarks whose level is drawn per process: "noisy" by +-15% (a GEMM
+    in a noisy session), "quiet" by +-0.5%. Only the noisy one gets further rounds, after
+    everyone's first rounds, continuing its A B B A schedule; its verdicts use them all."""
+    from harness import ab
+
+    rng = np.random.default_rng(21)
+    spread = {"noisy": 0.15, "quiet": 0.005}
+
+    def fake_round(python, selection, args, out, log):
+        case = selection[-1]
+        run = _run([_metric("t", _samples(rng, rng.lognormal(0, spread[case]), n=20,
+                                          spread=0.005), labels={"i": i}) for i in range(6)],
+                   case=case)
+        records.write_json_atomic(out / "m" / "run.json", run)
+        return out / "m" / "run.json"
+
+    monkeypatch.setattr(ab, "run_round", fake_round)
+    monkeypatch.setattr(ab, "python_of", Path)
+    monkeypatch.setattr(ab, "torch_version", lambda python: "2.x")
+    units = [ab.Group("s", ("noisy",), True), ab.Group("s", ("quiet",), True)]
+    said = []
+    res = ab.ab("a", "b", units, [], 5, tmp_path, said.append, max_rounds=10)
+    meta = json.loads((res["dir"] / "ab.json").read_text())
+    assert meta["more_rounds"] == {"s.noisy": 10} and meta["precision"]["target"] == 0.10
+    assert any(line.startswith("further rounds for a precision of 10%: s.noisy 10")
+               for line in said)
+    folders = sorted(f.name for f in (res["dir"] / "rounds").iterdir())
+    assert len([f for f in folders if f.startswith("s.quiet-")]) == 10
+    noisy = [f.split("-")[1:] for f in folders if f.startswith("s.noisy-")]
+    assert [(int(i), side) for i, side in noisy] == list(enumerate(ab.schedule(10)))
+    assert {e["case"]: e["details"]["rounds"] for e in res["B"]["results"]} == {
+        "noisy": 10, "quiet": 5}
+    assert {c.verdict for c in res["changes"]} == {"unchanged"}  # an A/A all the same
+    # without --max-rounds, nothing further
+    again = ab.ab("a", "b", units, [], 5, tmp_path / "plain", said.append)
+    assert json.loads((again["dir"] / "ab.json").read_text())["more_rounds"] == {}
+
+
 def test_ab_pairs_a_cases_rounds_by_its_own_runs_whatever_else_a_process_ran():
     # A side's rounds of a case sit among other processes' runs of its suite (its suite's
     # conformance cases, its other benchmarks), in whatever order the side's runs come: the
