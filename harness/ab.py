@@ -160,8 +160,8 @@ def rounds_for_precision(changes: list[compare.Change], units: list[Group], roun
     squared, both on the log scale. This is Stein's two-stage procedure, or an internal pilot
     (Wittes and Brittain, 1990): the first rounds estimate the spread, which decides how many
     more to run. The rule looks at the spread alone, never at the change, so an A/A check
-    stays as quiet (the mean and variance of normal samples are independent), and a quiet
-    session costs nothing more while a noisy one gets rounds where its noise is."""
+    stays as quiet (the mean and variance of normal samples are independent). A benchmark
+    already precise enough costs nothing more; the rounds go where the noise is."""
     by_unit: dict[str, list[float]] = {}
     for c in changes:
         if c.adjusted is not None and c.extra.get("se_log") is not None:

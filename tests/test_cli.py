@@ -36,6 +36,9 @@ def test_list_names_every_suite_case_and_need():
         (["run", "--suite", "fork_wait", "--case", "no-such-case"], "nothing to run"),
         (["show", "no/such/run.json"], "no such run file"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["ab", "a", "b", "--max-rounds", "5"], "--max-rounds must be above --rounds (5)"),
+        (["ab", "a", "b", "--max-rounds", "8", "--precision", "2"], "expected a fraction"),
+        (["ab", "a", "b", "--precision", "0.2"], "give --max-rounds too"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):
