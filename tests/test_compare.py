@@ -543,6 +543,20 @@ def test_ab_runs_the_further_rounds_a_noisy_benchmark_needs_in_the_same_alternat
     assert json.loads((again["dir"] / "ab.json").read_text())["more_rounds"] == {}
 
 
+def test_ab_loads_a_units_rounds_in_the_order_of_their_index_past_99(tmp_path):
+    # 52 rounds (13 a side times a rounds_factor of 4) name folders -00- to -103-; read as
+    # text, -100- would come before -11- and pair round 50 of A with round 5 of B
+    from harness import ab
+
+    for i, side in enumerate(ab.schedule(52)):
+        records.write_json_atomic(tmp_path / "rounds" / f"rpc.round_trip-{i:02d}-{side}" / "m"
+                                  / "run.json", _run([], index=i))
+    loaded = ab.load_rounds(tmp_path)
+    for side in ("A", "B"):
+        assert [r["results"][0]["index"] for r in loaded[side]] == [
+            i for i, s in enumerate(ab.schedule(52)) if s == side]
+
+
 def test_ab_pairs_a_cases_rounds_by_its_own_runs_whatever_else_a_process_ran():
     # A side's rounds of a case sit among other processes' runs of its suite (its suite's
     # conformance cases, its other benchmarks), in whatever order the side's runs come: the
