@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -31,21 +32,23 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _positive_float(text: str) -> float:
+def _float(text: str) -> float:
+    """The number `text` spells, or NaN, which fails every range check below."""
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
-        value = -1.0
+        return math.nan
+
+
+def _positive_float(text: str) -> float:
+    value = _float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
 
 
 def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
+    value = _float(text)
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1 such as 0.1, "
                                          f"got {text!r}")
@@ -66,10 +69,7 @@ def _param(text: str) -> tuple[str, object]:
 
 def _threshold(text: str) -> tuple[str, float]:
     kind, _, tol = text.partition("=")
-    try:
-        value = float(tol)
-    except ValueError:
-        value = -1.0
+    value = _float(tol)
     if not kind or not 0 <= value < 10:
         raise argparse.ArgumentTypeError(f"expected KIND=TOLERANCE such as latency=0.2, "
                                          f"got {text!r}")
