@@ -1,5 +1,5 @@
 """`release-bench ab`: two environments interleaved in fresh processes. The same one twice
-flags nothing; one with matmul planted 25% slower is flagged where matmul is timed."""
+flags nothing; one with matmul planted twice as slow is flagged where matmul is timed."""
 
 from __future__ import annotations
 
@@ -24,11 +24,16 @@ BIN = Path(sys.executable).parent
 # other all fast once in 32 for each such figure, and a fresh clone's run here did (0.82x,
 # adjusted p 0.04): 4 rounds make that once in 128.
 AA_ROUNDS = 4
-# One round in four or five here can come out near 1.0x for a GEMM the plant slows 1.25x (a
-# burst of load on one side), and with 4 rounds that left CI's planted ab with nothing
-# significant (minimum detectable change 41%, adjusted p 0.096 at best). The stored rounds of
-# five planted abs (matmul=0.25), judged 6 rounds at a time in every pairing, flagged 7 to 9
-# of the 9 GEMM times each (where 4 rounds flagged none in one of them).
+# The planted test checks that ab's verdicts catch a real slowdown, and only as a regression;
+# how small a slowdown they catch is measured, not tested (the closing notes of issue 12 and
+# the README give the figures), because that depends on how noisy the session is. With a 25%
+# plant, 6 rounds a side flagged 7 to 9 of the 9 GEMM times in five planted abs here, but a
+# noisier CI run found them 1.12-1.28x and none significant (minimum detectable change 48%),
+# as did a run here under a load busy 0.3 s in every 0.9 s (minimum detectable change 99%).
+# Under that same load a plant that doubles each matmul (matmul=1.0) was flagged on all 9
+# GEMM times, their 9 TFLOP/s and the 3 measured peaks (times 1.4-3.0x), and on nothing as an
+# improvement.
+PLANTED = "matmul=1.0"
 PLANTED_ROUNDS = 6
 
 
@@ -62,18 +67,15 @@ def test_ab_of_one_environment_against_itself_flags_nothing(tmp_path):
         assert all(e["details"]["rounds"] == AA_ROUNDS for e in run["results"])
 
 
-def test_ab_flags_a_planted_matmul_slowdown_and_leaves_the_ratios_alone(tmp_path):
-    slow = planted_python(tmp_path / "slow-python", "matmul=0.25", sys.executable)
+def test_ab_flags_a_planted_matmul_slowdown_as_regressions(tmp_path):
+    slow = planted_python(tmp_path / "slow-python", PLANTED, sys.executable)
     proc, cmp = _ab(sys.executable, slow, tmp_path / "out", PLANTED_ROUNDS)
     assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
     regressions = _flagged(cmp, "regression")
-    # Process-to-process noise here keeps ab from catching every matmul with a few rounds a
-    # side (the closing notes of issue 12 give the figures): a third of them at the least,
-    # all as regressions, none as an improvement.
-    times = {k for k in regressions if k[0] == "time"}
-    assert len(times) >= 3, proc.stdout
     assert not _flagged(cmp, "improvement"), proc.stdout
-    assert any(k[0] == "tflops" for k in regressions)
+    # two thirds of the 9 GEMM times and of their 9 TFLOP/s at the least
+    assert len({k for k in regressions if k[0] == "time"}) >= 6, proc.stdout
+    assert len({k for k in regressions if k[0] == "tflops"}) >= 6, proc.stdout
     # The speedup ratios (bf16 over fp32) are not asserted unmoved: the plant's busy-wait
     # competes with OpenMP's spinning threads for the two cores, which slows the dtypes and
     # sizes unequally (a fresh-clone run here: bf16 2.4x, fp32 2.1x at n=1024), so a ratio
