@@ -31,8 +31,8 @@ AA_ROUNDS = 4
 # noisier CI run found them 1.12-1.28x and none significant (minimum detectable change 48%),
 # as did a run here under a load busy 0.3 s in every 0.9 s (minimum detectable change 99%).
 # Under that same load a plant that doubles each matmul (matmul=1.0) was flagged on all 9
-# GEMM times, their 9 TFLOP/s and the 3 measured peaks (times 1.4-3.0x), and on nothing as an
-# improvement.
+# GEMM times, their 9 TFLOP/s and the 3 measured peaks (times 1.4-3.0x); in three more runs
+# under it, on 9, 8 and 9 of the times (minimum detectable change 66-79%).
 PLANTED = "matmul=1.0"
 PLANTED_ROUNDS = 6
 
@@ -72,11 +72,15 @@ def test_ab_flags_a_planted_matmul_slowdown_as_regressions(tmp_path):
     proc, cmp = _ab(sys.executable, slow, tmp_path / "out", PLANTED_ROUNDS)
     assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
     regressions = _flagged(cmp, "regression")
-    assert not _flagged(cmp, "improvement"), proc.stdout
-    # two thirds of the 9 GEMM times and of their 9 TFLOP/s at the least
+    # two thirds of the 9 GEMM times and of their 9 TFLOP/s at the least, and none of the
+    # figures the plant slows (times, TFLOP/s, measured peaks) as an improvement
     assert len({k for k in regressions if k[0] == "time"}) >= 6, proc.stdout
     assert len({k for k in regressions if k[0] == "tflops"}) >= 6, proc.stdout
-    # The speedup ratios (bf16 over fp32) are not asserted unmoved: the plant's busy-wait
+    slowed = {"time", "tflops", "measured_peak_tflops"}
+    assert not {k for k in _flagged(cmp, "improvement") if k[0] in slowed}, proc.stdout
+    # The speedup ratios (bf16 over fp32) are not asserted, either way: the plant's busy-wait
     # competes with OpenMP's spinning threads for the two cores, which slows the dtypes and
     # sizes unequally (a fresh-clone run here: bf16 2.4x, fp32 2.1x at n=1024), so a ratio
-    # can move for real. False alarms are the A/A test's to catch (above).
+    # can move for real (doubled, under load here: autocast-bfloat16 n=256 1.18-1.59x, once
+    # flagged as an improvement; n=512 0.68-0.88x, once as a regression). False alarms are
+    # the A/A test's to catch (above).
