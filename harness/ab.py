@@ -2,7 +2,7 @@
 
 A and B are two torch builds (a venv folder or a Python executable each), or the same one twice
 for an A/A check. Each round runs in fresh processes per side: one for a suite's conformance
-cases, and one for each of its benchmark cases (`groups`). The session goes round by round:
+cases, and one for each of its benchmark cases (`groups`). The comparison goes round by round:
 each round runs every group on both sides, A then B or B then A, so that a group's rounds lie
 minutes apart and each side goes first in half of them. A passing state of the machine (a
 neighbour busy for a minute, the page cache) then falls on one round of both sides, not on two
@@ -18,6 +18,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -27,13 +28,10 @@ from typing import Any
 import numpy as np
 
 from harness import compare, records, stats
+from harness.calibration import Calibration
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTCOME_ORDER = ("error", "fail", "invalid", "pass", "skip")  # the worst first
-# The minimum detectable change a benchmark's figures should reach when `ab` may run further
-# rounds (`--max-rounds`): twice the 5% tolerance, which rounds on this 2-core VM reach in a
-# quiet session (a GEMM's or a training step's 7-12% at 8 rounds) and miss in a noisy one.
-PRECISION = 0.10
 
 
 class AbError(Exception):
@@ -82,7 +80,9 @@ class Group:
     suite: str
     cases: tuple[str, ...]
     benchmark: bool = False
-    rounds_factor: int = 1  # its rounds are this many times the session's (Case.rounds_factor)
+    # its rounds are this many times the comparison's: more where this machine's calibration
+    # found its figures' level drawn per process (harness.calibration)
+    rounds_factor: int = 1
 
     @property
     def name(self) -> str:
@@ -90,7 +90,7 @@ class Group:
         return f"{self.suite}.{self.cases[0]}" if self.benchmark else self.suite
 
     def rounds_of(self, rounds: int) -> int:
-        """Its rounds in a session of `rounds`."""
+        """Its rounds in a comparison of `rounds` rounds."""
         return rounds * self.rounds_factor
 
     def selection(self) -> list[str]:
@@ -99,12 +99,13 @@ class Group:
 
 
 def groups(suites: list[str], case_filter: str | None = None,
-           skip: Iterable[str] = ()) -> list[Group]:
+           skip: Iterable[str] = (), cal: Calibration | None = None) -> list[Group]:
     """The groups of the selected cases, suite by suite: the conformance cases, then each
     benchmark case on its own. A benchmark in a process of its own is measured on both sides
     of a round a process start apart, not a whole suite apart: the level of a DDP+RPC step
     drifts within a minute here (5.1 to 7.7 ms over one ab's rounds), and while its suite ran
-    between the two sides it escaped a 25% slowdown that an ab of that case alone caught."""
+    between the two sides it escaped a 25% slowdown that an ab of that case alone caught.
+    A benchmark's rounds factor comes from this machine's calibration `cal` (1 without)."""
     from harness import registry, runner
 
     out = []
@@ -112,8 +113,10 @@ def groups(suites: list[str], case_filter: str | None = None,
         cases = [c for c in registry.load(name).cases if runner.selects(c, case_filter, skip)]
         if checks := tuple(c.name for c in cases if c.kind != "benchmark"):
             out.append(Group(name, checks))
-        out += [Group(name, (c.name,), benchmark=True, rounds_factor=c.rounds_factor)
-                for c in cases if c.kind == "benchmark"]
+        for c in cases:
+            if c.kind == "benchmark":
+                factor = cal.rounds_factor.get(f"{name}.{c.name}", 1) if cal else 1
+                out.append(Group(name, (c.name,), benchmark=True, rounds_factor=factor))
     return out
 
 
@@ -123,7 +126,7 @@ def schedule(rounds: int) -> list[str]:
     return [s for r in range(rounds) for s in (("A", "B") if r % 2 == 0 else ("B", "A"))]
 
 
-def session(units: list[Group], rounds: int) -> list[tuple[str, int, str]]:
+def plan_rounds(units: list[Group], rounds: int) -> list[tuple[str, int, str]]:
     """(unit's name, index in that unit's schedule, side) in the order they run: round by
     round, every unit's two sides in each round (a unit is what one process runs: a `Group`).
     Two rounds of one unit on one side are thus never back to back: run B B, a minute-long
@@ -136,7 +139,7 @@ def session(units: list[Group], rounds: int) -> list[tuple[str, int, str]]:
 def _plan(units: list[Group], done: dict[str, int],
           wanted: dict[str, int]) -> list[tuple[str, int, str]]:
     """The rounds from `done` (0 where absent) up to `wanted` of each unit named there, in
-    `session`'s order: round by round, each unit's sides continuing its A B B A schedule."""
+    `plan_rounds`' order: round by round, each unit's sides continuing its A B B A schedule."""
     most = max(wanted.values(), default=0)
     order = schedule(most)
     return [(unit.name, i, order[i]) for r in range(most) for unit in units
@@ -149,43 +152,39 @@ def unit_of(case_key: str) -> str:
     return case_key.split("[", 1)[0].replace("/", ".", 1)
 
 
-def rounds_for_precision(changes: list[compare.Change], units: list[Group], rounds: int,
-                         precision: float, max_rounds: int) -> dict[str, int]:
-    """How many rounds each benchmark needs for `precision`, where its session's rounds fell
-    short: {group's name: rounds in all}, at most `max_rounds` (times its rounds_factor).
+def rounds_to_decide(changes: list[compare.Change], units: list[Group],
+                     done: dict[str, int], max_rounds: int) -> dict[str, int]:
+    """How many rounds in all each benchmark needs to decide its inconclusive figures, where
+    that is more than it had (`done`): {group's name: rounds}, at most `max_rounds` (times its
+    rounds_factor).
 
-    A benchmark falls short when the median minimum detectable change of its figures (a
-    figure too noisy to have one counts as the worst) is past `precision`. That change shrinks
-    with the square root of the rounds, so it needs its rounds times (its change / precision)
-    squared, both on the log scale. This is Stein's two-stage procedure, or an internal pilot
-    (Wittes and Brittain, 1990): the first rounds estimate the spread, which decides how many
-    more to run. The rule looks at the spread alone, never at the change, so an A/A check
-    stays as quiet (the mean and variance of normal samples are independent). A benchmark
-    already precise enough costs nothing more; the rounds go where the noise is."""
+    A figure's `rounds_to_decide` is what its interval needs to shrink to the nearer of its
+    decisions (inside the tolerance, or clear of no change) at its spread; a figure no number
+    of rounds decides (a change right at the tolerance) asks for the cap. A benchmark whose
+    figures are all decided costs nothing more; the rounds go where the doubt is."""
     by_unit: dict[str, list[float]] = {}
     for c in changes:
-        if c.adjusted is not None and c.extra.get("se_log") is not None:
+        if c.verdict == "inconclusive" and c.extra.get("se_log") is not None:
             by_unit.setdefault(unit_of(c.case), []).append(
-                math.inf if c.detectable is None else c.detectable)
+                math.inf if c.rounds_to_decide is None else c.rounds_to_decide)
     out = {}
     for unit in units:
-        if not unit.benchmark or not (mdc := by_unit.get(unit.name)):
+        if not unit.benchmark or not (need := by_unit.get(unit.name)):
             continue
-        had, cap = unit.rounds_of(rounds), unit.rounds_of(max_rounds)
-        median = float(np.median(mdc))
-        if median > precision and had < cap:
-            need = had * (math.log1p(median) / math.log1p(precision)) ** 2
-            out[unit.name] = min(cap, math.ceil(need))
+        had, cap = done.get(unit.name, 0), unit.rounds_of(max_rounds)
+        want = min(cap, max(need))
+        if want > had:
+            out[unit.name] = int(want)
     return out
 
 
 def longest(units: list[Group], rounds: int) -> int:
-    """The most rounds any unit has in a session of `rounds` (its further rounds included)."""
+    """The most rounds any unit has in a comparison of `rounds` (its further rounds included)."""
     return max((u.rounds_of(rounds) for u in units), default=rounds)
 
 
 def more_rounds(units: list[Group], rounds: int) -> dict[str, int]:
-    """The rounds of each unit with more than the session's (for the record)."""
+    """The rounds of each unit with more than the comparison's (for the record)."""
     return {u.name: u.rounds_of(rounds) for u in units if u.rounds_factor != 1}
 
 
@@ -225,7 +224,7 @@ def _merge_metric(ms: list[dict]) -> dict:
 def merge_entries(entries: list[dict]) -> dict:
     """One result entry from the rounds of one case; contended rounds are left out of its
     figures (and said so), unless every round was contended."""
-    valid = [e for e in entries if not compare._invalid(e)]
+    valid = [e for e in entries if not compare.contended(e)]
     used = valid or entries
     merged = dict(used[0])
     merged["outcome"] = min((e["outcome"] for e in entries), key=OUTCOME_ORDER.index)
@@ -270,7 +269,7 @@ def _values(runs: list[dict]) -> dict[tuple, dict[int, tuple[float, list[float] 
     for run in runs:
         for e in run["results"]:
             case = compare.result_key(e)
-            if not compare._invalid(e):
+            if not compare.contended(e):
                 for m in e["metrics"]:
                     if (v := compare.run_value(m)) is not None:
                         out.setdefault((case, compare.metric_key(m)), {})[
@@ -314,10 +313,12 @@ def round_values(a_runs: list[dict], b_runs: list[dict]) -> compare.Replicates:
 def ab(a: str, b: str, units: list[Group], run_args: list[str], rounds: int, out_dir: Path,
        progress: Callable[[str], None], thresholds: dict[str, float] | None = None,
        history: list[dict] | None = None, max_rounds: int | None = None,
-       precision: float = PRECISION) -> dict[str, Any]:
+       cal: Calibration | None = None) -> dict[str, Any]:
     """Run the A/B comparison; returns {"A": run, "B": run, "changes": [...], "dir": Path}.
-    With `max_rounds` above `rounds`, a benchmark whose figures are still too noisy for
-    `precision` after its rounds gets more, up to that many (`rounds_for_precision`).
+    With `max_rounds` above `rounds`, a benchmark with inconclusive figures after its rounds
+    gets the further rounds they need (`rounds_to_decide`), judged again after each stage,
+    until every figure is decided or it has `max_rounds` (times its rounds factor). `cal` is
+    this machine's calibration, which the verdicts use.
 
     Every round's run is kept under `<dir>/rounds/`, so that `judge` can give the verdicts
     again (other thresholds, another history) without measuring again."""
@@ -328,6 +329,7 @@ def ab(a: str, b: str, units: list[Group], run_args: list[str], rounds: int, out
     by_name = {g.name: g for g in units}
     meta = {"A": {"python": str(pythons["A"]), "torch": versions["A"]},
             "B": {"python": str(pythons["B"]), "torch": versions["B"]},
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
             "rounds": rounds, "schedule": "".join(schedule(rounds)), "order": "round by round",
             "more_rounds": more_rounds(units, rounds),
             "suites": list(dict.fromkeys(g.suite for g in units)), "groups": list(by_name)}
@@ -343,20 +345,24 @@ def ab(a: str, b: str, units: list[Group], run_args: list[str], rounds: int, out
             progress(f"[{step}/{len(plan)}] {side} {name} done in "
                      f"{time.perf_counter() - t0:.0f} s")
 
-    run(session(units, rounds))
+    run(plan_rounds(units, rounds))
     records.write_json_atomic(base / "ab.json", meta)
-    res = judge(base, thresholds, history)
+    res = judge(base, thresholds, history, cal)
     if not max_rounds or max_rounds <= rounds:
         return res
-    wanted = rounds_for_precision(res["changes"], units, rounds, precision, max_rounds)
-    meta["precision"] = {"target": precision, "max_rounds": max_rounds, "further": wanted}
-    if wanted:
-        progress("further rounds for a precision of " + f"{100 * precision:.0f}%: " + ", ".join(
+    done = {u.name: u.rounds_of(rounds) for u in units}
+    meta["max_rounds"] = {"cap": max_rounds, "stages": []}
+    while wanted := rounds_to_decide(res["changes"], units, done, max_rounds):
+        progress("further rounds for the inconclusive figures: " + ", ".join(
             f"{name} {n}" for name, n in wanted.items()))
-        run(_plan(units, {u.name: u.rounds_of(rounds) for u in units}, wanted))
+        run(_plan(units, done, wanted))
+        done.update(wanted)
+        meta["max_rounds"]["stages"].append(wanted)
         meta["more_rounds"] = {**meta["more_rounds"], **wanted}
+        records.write_json_atomic(base / "ab.json", meta)
+        res = judge(base, thresholds, history, cal)
     records.write_json_atomic(base / "ab.json", meta)
-    return judge(base, thresholds, history) if wanted else res
+    return res
 
 
 def load_rounds(base: Path) -> dict[str, list[dict]]:
@@ -375,9 +381,9 @@ def load_rounds(base: Path) -> dict[str, list[dict]]:
 
 
 def judge(base: Path, thresholds: dict[str, float] | None = None,
-          history: list[dict] | None = None) -> dict[str, Any]:
+          history: list[dict] | None = None, cal: Calibration | None = None) -> dict[str, Any]:
     """The verdicts of an A/B comparison from its stored rounds: each side merged, judged
-    with the rounds' spread (and the history's as a floor under it)."""
+    with the rounds' spread (and the history's and the calibration's as floors under it)."""
     try:
         meta = json.loads((base / "ab.json").read_text())
     except (OSError, ValueError) as e:
@@ -393,10 +399,12 @@ def judge(base: Path, thresholds: dict[str, float] | None = None,
     changes = compare.compare_runs(merged["A"], merged["B"],
                                    {**compare.AB_THRESHOLDS, **(thresholds or {})},
                                    history=history,
-                                   replicates=round_values(rounds_of["A"], rounds_of["B"]))
+                                   replicates=round_values(rounds_of["A"], rounds_of["B"]),
+                                   cal=cal)
     records.write_json_atomic(base / "comparison.json", {
         "A": versions["A"], "B": versions["B"], "rounds": meta["rounds"],
         "more_rounds": more, "history_runs": len(history or []),
+        "calibration": cal.source if cal else None,
         "counts": compare.counts(changes), "changes": [c.to_json() for c in changes]})
     return {**merged, "changes": changes, "dir": base, "versions": versions,
             "rounds": meta["rounds"], "schedule": meta["schedule"], "more_rounds": more}

@@ -248,13 +248,6 @@ class Case:
     needs: tuple[str, ...]  # besides the device: "distributed", "torchvision", ...
     sampled: bool = True  # whether the runner samples telemetry around it
     options: tuple[str, ...] = ()  # parameters it reads when given, beyond its sets' keys
-    # An upstream defect this case is known to catch in some runs ("pytorch/pytorch#N: what"):
-    # the case still fails when it does; the pytest view expects that failure (xfail).
-    known_issue: str = ""
-    # How many times ab's and matrix's rounds a benchmark gets. More than 1 where its figures'
-    # level is drawn per process (a forced TensorPipe launch, a DDP+RPC step): only more
-    # processes narrow those, and they are what ab misses at the default rounds.
-    rounds_factor: int = 1
 
     def param_sets(self, profile: str, device: str = "cpu") -> list[Params]:
         return _param_sets(self.params, profile, device)
@@ -312,33 +305,29 @@ class Suite:
         return func
 
     def _case(self, kind: str, params: ParamSpec, devices: Sequence[str], needs: Sequence[str],
-              sampled: bool = True, options: Sequence[str] = (), known_issue: str = "",
-              rounds_factor: int = 1):
+              sampled: bool = True, options: Sequence[str] = ()):
         def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
             self.cases.append(
                 Case(self.name, func.__name__, kind, func, _first_line(func),
-                     params or [{}], tuple(devices), tuple(needs), sampled, tuple(options),
-                     known_issue, rounds_factor)
+                     params or [{}], tuple(devices), tuple(needs), sampled, tuple(options))
             )
             return func
 
         return register
 
     def conformance(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
-                    needs: Sequence[str] = (), known_issue: str = ""):
-        """Decorator: register a conformance case (named after the function). `known_issue`
-        names an upstream defect the case catches in some runs (see `Case.known_issue`)."""
-        return self._case("conformance", params, devices, needs, known_issue=known_issue)
+                    needs: Sequence[str] = ()):
+        """Decorator: register a conformance case (named after the function). An upstream
+        defect it is known to catch is an entry of `expectations.toml`, not part of the case."""
+        return self._case("conformance", params, devices, needs)
 
     def benchmark(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
-                  needs: Sequence[str] = (), sampled: bool = True, options: Sequence[str] = (),
-                  rounds_factor: int = 1):
+                  needs: Sequence[str] = (), sampled: bool = True, options: Sequence[str] = ()):
         """Decorator: register a benchmark case (named after the function). `sampled=False`
         keeps the runner's telemetry off while it runs (for cases that sample themselves);
-        `options` names parameters it reads when given (the CLI's --param may set them);
-        `rounds_factor` multiplies its rounds in ab and matrix (see `Case.rounds_factor`)."""
-        return self._case("benchmark", params, devices, needs, sampled, options,
-                          rounds_factor=rounds_factor)
+        `options` names parameters it reads when given (the CLI's --param may set them).
+        How many rounds `ab` gives it is this machine's calibration's to say."""
+        return self._case("benchmark", params, devices, needs, sampled, options)
 
     def workload(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                  needs: Sequence[str] = ()):

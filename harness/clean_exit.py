@@ -7,7 +7,7 @@ uses it, and no check inside the process can see it. `trials` runs a program N t
 fresh processes (`world` of them for a multi-process program, with a rendezvous store the
 launcher hosts on loopback, as torchrun does), two trials at a time. A process ended cleanly
 when it exited with status 0, within the timeout, printed no "terminate called", and left no
-process of its session running.
+process of its process group running.
 
 `record` turns the trials into the conformance case's check, its rate with an exact
 (Clopper-Pearson) interval, e.g. "2/20 [1.2%, 32%]", and a table of every abnormal end.
@@ -48,7 +48,7 @@ class End:
     signal: str | None  # the signal that ended it (SIGABRT, SIGSEGV, ...), or None
     timed_out: bool
     terminate_called: bool  # "terminate called ..." on its stderr
-    leftover: int  # processes of its session still running after it ended (then killed)
+    leftover: int  # processes of its process group still running after it ended (then killed)
     last_line: str  # the last line of its stderr
 
     @property
@@ -112,7 +112,8 @@ def _end(rank: int, proc: subprocess.Popen, err_path: Path, deadline: float) -> 
         os.killpg(proc.pid, signal.SIGKILL)
         status = proc.wait()
         timed_out = True
-    # the process led its own session: whatever still runs in that group is its leftover
+    # the process led its own process group (start_new_session): whatever still runs in it is
+    # its leftover
     leftover = _leftovers(proc.pid)
     err = err_path.read_text(errors="replace")
     lines = [ln for ln in err.splitlines() if ln.strip()]
@@ -186,6 +187,10 @@ def record(ctx: Any, program: str, results: list[list[End]]) -> bool:
     ctx.table(f"abnormal exits: {program}",
               [{"trial": i, **asdict(e), "how": e.how()} for i, e in bad], show=bool(bad))
     messages = sorted({f"{e.how()}: {e.last_line}" for _, e in bad})
+    # each distinct way a process ended badly, for the expectations' signatures to match one
+    # by one: a second kind of failure beside a known one is not excused by it
+    failures = ctx.details.setdefault("failures", [])
+    failures += [f"{program}: {m}" for m in messages]
     detail = f"{summary.fmt_rate(k, n, lo, hi)} trials ended abnormally"
     if messages:
         detail += "; " + " | ".join(messages[:3])

@@ -20,6 +20,7 @@ from harness import records
 from harness.cases import DEVICES, PROFILES, param_id
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DEFAULT_ROUNDS = 5  # `ab`'s rounds a side: A B, B A, A B, B A, A B
 
 
 class UsageError(Exception):
@@ -88,6 +89,58 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", default="quick", choices=PROFILES)
 
 
+def _add_calibration(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--calibration", metavar="FILE",
+                        help="this machine's calibration (default: results/calibration/"
+                             "<machine>.json, made by `release-bench calibrate`); 'none' uses "
+                             "the conservative defaults")
+
+
+def _calibration(args, fingerprint: dict | None = None):
+    """The calibration `--calibration` names (None: the conservative defaults) and one line
+    saying which, for the command to print with its verdicts (not before: bad input stays
+    one line)."""
+    import json
+    from pathlib import Path
+
+    from harness import calibration, compare, machine
+
+    spec = getattr(args, "calibration", None)
+    if spec == "none":
+        return None, "calibration: none (--calibration none): conservative defaults"
+    fingerprint = fingerprint or machine.fingerprint()
+    if spec is None:
+        return calibration.for_machine(fingerprint)
+    try:
+        cal = calibration.Calibration.from_json(json.loads(Path(spec).read_text()), spec)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"--calibration {spec}: not a calibration ({e})") from e
+    if differ := compare.machine_differences(cal.machine, fingerprint):
+        raise UsageError(f"--calibration {spec}: of other hardware ({differ[0]})")
+    return cal, f"calibration: {spec}"
+
+
+def _add_expectations(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--expectations", metavar="FILE",
+                        help="the expected results (default: expectations.toml at the "
+                             "repository root); 'none' judges the raw outcomes: any failure "
+                             "fails the command")
+
+
+def _expectations(args) -> tuple[list, str] | None:
+    """The expectations `--expectations` names, with their source; None for 'none'."""
+    from harness import expectations
+
+    spec = getattr(args, "expectations", None)
+    if spec == "none":
+        return None
+    try:
+        loaded = expectations.load(spec)
+    except expectations.ExpectationsError as e:
+        raise UsageError(str(e)) from e
+    return loaded, spec or expectations.DEFAULT_FILE.name
+
+
 def _run_args(args) -> list[str]:
     """The selection options of `ab` and `matrix`, passed on to each round's `run`."""
     return (["--profile", args.profile] + (["--case", args.case] if args.case else [])
@@ -130,6 +183,7 @@ def _build_parser() -> argparse.ArgumentParser:
                           "benchmark case in a process of its own with it")
     run.add_argument("--dry-run", action="store_true",
                      help="print what would run (any device, present or not) and stop")
+    _add_expectations(run)
 
     multi = sub.add_parser("multihost", help="run the suites that span hosts across several "
                            "hosts through torchrun (the same command on every host)")
@@ -181,6 +235,21 @@ def _build_parser() -> argparse.ArgumentParser:
                          help="use no history: changes past a tolerance are then unverified")
     compare.add_argument("--across-machines", action="store_true",
                          help="judge runs of different hardware anyway")
+    _add_calibration(compare)
+
+    cal = sub.add_parser("calibrate", help="an A/A comparison of this machine's benchmarks: "
+                                           "how much each figure wanders from round to round, "
+                                           "which compare and ab then use")
+    _add_selection(cal)
+    cal.add_argument("--rounds", type=int, default=8, metavar="K",
+                     help="rounds a side (default 8: each figure's spread on 7 degrees of "
+                          "freedom, its family's on many more)")
+    cal.add_argument("--python", metavar="PY", default=sys.executable,
+                     help="the environment to calibrate with (default: this Python)")
+    cal.add_argument("--out", default=None, metavar="DIR",
+                     help="where the calibration goes (default: results/calibration)")
+    cal.add_argument("--work", default="results/scratch/calibrate", metavar="DIR",
+                     help="where the A/A's rounds go")
 
     ab = sub.add_parser("ab", help="the same cases in two Python environments, interleaved in "
                                    "fresh processes; exit 1 on regression")
@@ -197,18 +266,15 @@ def _build_parser() -> argparse.ArgumentParser:
     ab.add_argument("--judge", metavar="AB_DIR",
                     help="give the verdicts again from an earlier ab's stored rounds")
     _add_selection(ab)
-    ab.add_argument("--rounds", type=int, default=5, metavar="K",
+    ab.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, metavar="K",
                     help="fresh processes per side and group (default 5: A B, B A, A B, B A, "
-                         "A B; from 5 on a figure measured in sessions is judged by its own "
-                         "spread); a benchmark whose level is drawn per process gets a "
-                         "multiple (its rounds_factor)")
+                         "A B); a benchmark whose level this machine's calibration found drawn "
+                         "per process gets a multiple (its rounds factor)")
     ab.add_argument("--max-rounds", type=int, metavar="N",
-                    help="let a benchmark whose figures' median minimum detectable change is "
-                         "still past --precision after its rounds run as many more as its "
-                         "spread says that needs, up to N in all (times its rounds_factor); "
-                         "default: no further rounds")
-    ab.add_argument("--precision", type=_fraction, default=None, metavar="F",
-                    help="the minimum detectable change --max-rounds aims at (default 0.1)")
+                    help="give a benchmark with inconclusive figures the further rounds they "
+                         "need to be decided, judging again after each stage, up to N in all "
+                         "(times its rounds factor); default: no further rounds")
+    _add_calibration(ab)
     ab.add_argument("--out", default="results/scratch/ab", metavar="DIR",
                     help="where both sides' runs and the comparison go")
     ab.add_argument("--threshold", action="append", default=[], metavar="KIND=TOL",
@@ -230,6 +296,22 @@ def _build_parser() -> argparse.ArgumentParser:
     mx.add_argument("--threshold", action="append", default=[], metavar="KIND=TOL",
                     type=_threshold, help="tolerated relative change for a kind of metric "
                                           "(default 0.05 for every kind)")
+    _add_expectations(mx)
+    _add_calibration(mx)
+
+    exp = sub.add_parser("expectations", help="the expected results (expectations.toml): "
+                                              "judge runs by them, or update them from runs")
+    exp_sub = exp.add_subparsers(dest="exp_command", required=True, metavar="ACTION")
+    check = exp_sub.add_parser("check", help="judge run records by the expectations; exit 1 "
+                                             "when anything is unexpected")
+    check.add_argument("runs", nargs="+", metavar="RUN", help="run files or folders")
+    check.add_argument("--file", metavar="FILE", help="default: expectations.toml")
+    upd = exp_sub.add_parser("update", help="print the edit of the expectations that RUNs call "
+                                            "for (new failures, cases that now pass, stale "
+                                            "entries); --write applies it")
+    upd.add_argument("runs", nargs="+", metavar="RUN", help="run files or folders")
+    upd.add_argument("--file", metavar="FILE", help="default: expectations.toml")
+    upd.add_argument("--write", action="store_true", help="write the edit into the file")
 
     env = sub.add_parser("env", help="one Python environment per torch release, in .envs/")
     env_sub = env.add_subparsers(dest="env_command", required=True, metavar="ACTION")
@@ -299,6 +381,7 @@ def _cmd_run(args, hosts: list[dict] | None = None) -> int:
     if unknown_params := sorted(set(overrides) - known):
         raise UsageError(f"no case to run takes parameter {unknown_params[0]!r} "
                          f"(parameters: {', '.join(sorted(known)) or 'none'})")
+    expected = _expectations(args)  # a bad file fails here, before anything runs
     if args.dry_run:
         for p in planned:
             print(f"would run {p.label}")
@@ -317,6 +400,7 @@ def _cmd_run(args, hosts: list[dict] | None = None) -> int:
     finally:
         if tel is not None:
             tel.close()
+    judged = _judge_run(run, path, expected)
     print(summary.run_summary(run))
     print(f"\nrun written to {path}")
     # An invalid case (a performance check missed on a contended machine) is reported but does
@@ -325,7 +409,34 @@ def _cmd_run(args, hosts: list[dict] | None = None) -> int:
     for e in reported:
         print(f"{e['outcome']}: {e['suite']}/{e['case']} [{e['device']} {param_id(e['params'])}]"
               f": {e['reason']}", file=sys.stderr)
-    return EXIT_FAILED if any(e["outcome"] != "invalid" for e in reported) else EXIT_OK
+    if judged is None:  # --expectations none: the raw outcomes decide
+        return EXIT_FAILED if any(e["outcome"] != "invalid" for e in reported) else EXIT_OK
+    return _expectations_exit(judged)
+
+
+def _judge_run(run: dict, path, expected: tuple[list, str] | None):
+    """The run judged by the expectations and annotated on disk; None without them."""
+    from harness import expectations
+
+    if expected is None:
+        return None
+    judged = expectations.judge_run(run, expected[0], expected[1], expectations.known_cases())
+    records.write_json_atomic(path, expectations.annotate(run, judged))
+    return judged
+
+
+def _expectations_exit(judged) -> int:
+    """Print what the expectations say of a run; 1 exactly when anything is unexpected."""
+    from harness import expectations
+
+    for line in expectations.lines(judged):
+        print(line, file=sys.stderr)
+    unexpected = judged.unexpected
+    counts = judged.counts()
+    print(f"expectations ({judged.source}): " + ", ".join(
+        f"{n} {s}" for s, n in counts.items() if n) + (
+        f"; {len(unexpected)} unexpected" if unexpected else "; nothing unexpected"))
+    return EXIT_FAILED if unexpected else EXIT_OK
 
 
 def _suites_spanning_hosts() -> list[str]:
@@ -488,12 +599,14 @@ def _print_changes(changes, show_all: bool) -> dict[str, int]:
     from harness import compare, summary
 
     rows = compare.changes_table(changes, show_all=show_all)
-    print(summary.table_text(rows, limit=500) if rows else "no changes beyond the thresholds")
+    print(summary.table_text(rows, limit=500) if rows else
+          "no regression, improvement or inconclusive figure")
     counts = compare.counts(changes)
     judged = sum(1 for c in changes if c.adjusted is not None)
     print(", ".join(f"{n} {v}" for v, n in counts.items())
-          + f" ({judged} metrics tested; regression = past the kind's tolerance AND "
-            f"significant at FDR {compare.stats.ALPHA})")
+          + f" ({judged} figures tested; 95% intervals, false-discovery rate "
+            f"{compare.stats.ALPHA:g} over them: regression = past the tolerance and "
+            "significant; unchanged = interval inside the tolerance; inconclusive = neither)")
     return counts
 
 
@@ -514,31 +627,34 @@ def _cmd_compare(args) -> int:
     else:
         history = sorted(_history(paths[0].parent, cand, exclude | {paths[0].resolve()},
                                   required=False) + [base], key=lambda r: r["started"])
-    changes = compare.compare_runs(base, cand, dict(args.threshold), history=history)
+    cal, cal_line = _calibration(args, cand["machine"])
+    changes = compare.compare_runs(base, cand, dict(args.threshold), history=history, cal=cal)
     for label, run in (("baseline ", base), ("candidate", cand)):
         print(f"{label} {run['started']} {run['machine']['name']} torch "
               f"{run['machine'].get('torch', {}).get('version')}")
     if differ:
         print("different hardware, judged anyway: " + "; ".join(differ))
     print(_history_line(history, changes))
+    print(cal_line)
     counts = _print_changes(changes, args.all)
     if args.json:
         records.write_json_atomic(args.json, [c.to_json() for c in changes])
     return EXIT_FAILED if counts["regression"] else EXIT_OK
 
 
-def _units(suites: list[str], args) -> list:  # of ab.Group
-    """What `ab` and `matrix` run in one process per side and round (`ab.groups`)."""
+def _units(suites: list[str], args, cal=None) -> list:  # of ab.Group
+    """What `ab` and `matrix` run in one process per side and round (`ab.groups`), with the
+    rounds factors of the calibration `cal`."""
     from harness import ab
 
-    if not (units := ab.groups(suites, args.case, args.skip)):
+    if not (units := ab.groups(suites, args.case, args.skip, cal)):
         raise UsageError("nothing to run: no case matches the given suite, case and skip")
     return units
 
 
 def _ab_history(args) -> list[dict] | None:
     """The separate runs whose spread is a floor under the rounds' (only when asked for: the
-    rounds, interleaved in one session, are what ab judges by)."""
+    rounds, interleaved side by side in one run, are what ab judges by)."""
     from harness import machine
 
     if args.no_history or not args.history:
@@ -561,28 +677,69 @@ def _cmd_ab(args) -> int:
     if args.max_rounds is not None and args.max_rounds <= args.rounds:
         raise UsageError(f"--max-rounds must be above --rounds ({args.rounds}), "
                          f"got {args.max_rounds}")
-    if args.precision is not None and args.max_rounds is None:
-        raise UsageError("--precision is what --max-rounds aims at: give --max-rounds too")
     history = _ab_history(args)
     run_args = _run_args(args)
+    cal, cal_line = _calibration(args)
     try:
         if args.judge:
-            res = ab.judge(Path(args.judge), dict(args.threshold), history)
+            res = ab.judge(Path(args.judge), dict(args.threshold), history, cal)
         else:
-            res = ab.ab(args.a, args.b, _units(suites, args), run_args, args.rounds, Path(args.out),
-                        lambda s: print(s, file=sys.stderr, flush=True),
-                        dict(args.threshold), history, args.max_rounds,
-                        args.precision or ab.PRECISION)
+            res = ab.ab(args.a, args.b, _units(suites, args, cal), run_args, args.rounds,
+                        Path(args.out), lambda s: print(s, file=sys.stderr, flush=True),
+                        dict(args.threshold), history, args.max_rounds, cal)
     except ab.AbError as e:
         raise UsageError(str(e)) from e
     print(f"A: torch {res['versions']['A']}\nB: torch {res['versions']['B']}\n"
           f"{res['rounds']} rounds per side, round by round ({res['schedule']} for each "
           f"suite's conformance cases and each benchmark case{_more_rounds(res)}); "
           f"history floor: {f'{len(history)} runs' if history else 'none'}")
+    print(cal_line)
     counts = _print_changes(res["changes"], False)
     print("rounds' spread: " + _detectable_line(res["changes"]))
     print(f"both sides' runs and the comparison are in {res['dir']}")
     return EXIT_FAILED if counts["regression"] else EXIT_OK
+
+
+def _cmd_calibrate(args) -> int:
+    from pathlib import Path
+
+    from harness import ab, calibration, compare, machine, summary
+
+    suites = _selected_suites(args)
+    if args.rounds < 3:
+        raise UsageError(f"--rounds must be at least 3 to measure a spread, got {args.rounds}")
+    units = [u for u in _units(suites, args) if u.benchmark]
+    if not units:
+        raise UsageError("nothing to calibrate: no benchmark case matches the selection")
+    root = Path(args.out) if args.out else calibration.CALIBRATIONS
+    started = records.now()
+    try:
+        res = ab.ab(args.python, args.python, units, _run_args(args), args.rounds,
+                    Path(args.work), lambda s: print(s, file=sys.stderr, flush=True))
+    except ab.AbError as e:
+        raise UsageError(f"calibrate: {e}") from e
+    fingerprint = res["A"]["machine"]
+    measured = {"started": started, "finished": records.now(), "rounds": args.rounds,
+                "design": "sequential", "profile": args.profile,
+                "torch": (fingerprint.get("torch") or {}).get("version"),
+                "commit": (fingerprint.get("project") or {}).get("commit"),
+                "command": ["release-bench", *sys.argv[1:]] if sys.argv[1:2] == ["calibrate"]
+                else ["release-bench", "calibrate"],
+                "ab": str(res["dir"]), "aa_counts": compare.counts(res["changes"])}
+    by_side = ab.load_rounds(res["dir"])
+    cal = calibration.measure(by_side["A"], by_side["B"], machine.fingerprint(),
+                              [u.name for u in units], DEFAULT_ROUNDS, measured)
+    path = calibration.write(cal, root)
+    doc = cal.to_json()
+    print(summary.table_text([
+        {"family": f"{f['case']} {f['kind']}", "sd of log B/A": f"{100 * f['sd_log_ratio']:.1f}%",
+         "detectable at 5 rounds": f"{100 * f['detectable_at']['5']:.1f}%",
+         "rounds for 10%": f["rounds_for"]["0.1"], "rounds for 5%": f["rounds_for"]["0.05"],
+         "level per process": f["per_process"]} for f in doc["families"]], limit=200))
+    print("rounds factors: " + ", ".join(f"{u} {n}" for u, n in doc["rounds_factor"].items()))
+    print("A/A verdicts: " + ", ".join(f"{n} {v}" for v, n in measured["aa_counts"].items()))
+    print(f"calibration written to {path}")
+    return EXIT_OK
 
 
 def _cmd_matrix(args) -> int:
@@ -594,29 +751,41 @@ def _cmd_matrix(args) -> int:
     if args.rounds < 1:
         raise UsageError(f"--rounds must be at least 1, got {args.rounds}")
     run_args = _run_args(args)
+    expected = _expectations(args)
     if not args.judge and len(args.sides) < 2:
         raise UsageError("matrix needs at least two environments (or --judge MATRIX_DIR)")
+    cal, cal_line = _calibration(args)
     try:
         if args.judge:
-            res = matrix.judge_again(Path(args.judge), dict(args.threshold))
+            res = matrix.judge_again(Path(args.judge), dict(args.threshold), expected, cal)
         else:
-            res = matrix.matrix(args.sides, _units(suites, args), run_args, args.rounds,
+            res = matrix.matrix(args.sides, _units(suites, args, cal), run_args, args.rounds,
                                 Path(args.out), lambda s: print(s, file=sys.stderr, flush=True),
-                                dict(args.threshold))
+                                dict(args.threshold), expected, cal)
     except ab.AbError as e:
         raise UsageError(f"matrix: {e}") from e
+    unexpected = 0
     for v in res["versions"]:
-        cases = res["sides"][v["label"]]["cases"].values()
+        side = res["sides"][v["label"]]
+        cases = side["cases"].values()
         outcomes = {o: sum(c["outcome"] == o for c in cases) for o in ab.OUTCOME_ORDER}
         warned = sum(1 for c in cases if c["warnings"])
         print(f"torch {v['torch']}: " + ", ".join(f"{n} {o}" for o, n in outcomes.items() if n)
               + f"; {warned} cases warned")
+        for cid, c in side["cases"].items():
+            status = (c.get("expected") or {}).get("status")
+            if status in ("expected-fail", "unexpected-fail", "unexpected-pass"):
+                unexpected += status != "expected-fail"
+                why = c["expected"].get("why") or c["expected"].get("issue") or ""
+                print(f"  {status}: {cid}" + (f": {why}" if why else ""))
+        if expected is None:  # raw outcomes: any failure counts
+            unexpected += outcomes["fail"] + outcomes["error"]
+    print(cal_line)
     changed = False
     for step in res["steps"]:
         print(f"\n{step['from']} -> {step['to']}: "
               + ", ".join(f"{n} {v}" for v, n in step["counts"].items()))
-        for c in step["changes"]:
-            changed = True
+        for c in step["changes"]:  # reported; the expectations judge the outcomes
             what = (f"{c['from']} -> {c['to']}" if c["what"] in ("outcome", "case")
                     else c["warning"])
             print(f"  {c['case']}: {c['what']}: {what}")
@@ -628,7 +797,45 @@ def _cmd_matrix(args) -> int:
                   f"{v['verdict']}")
         changed |= bool(step["counts"].get("regression"))
     print(f"\nthe matrix record, the merged runs and the rounds are in {res['dir']}")
-    return EXIT_FAILED if changed else EXIT_OK
+    # green exactly when nothing is unexpected: no result the expectations do not excuse, no
+    # regression; a warning that appeared or went, and an outcome the expectations account
+    # for, are findings, not failures
+    return EXIT_FAILED if changed or unexpected else EXIT_OK
+
+
+def _cmd_expectations(args) -> int:
+    from pathlib import Path
+
+    from harness import expectations
+
+    runs = [records.read_run(records.resolve_run(r)) for r in args.runs]
+    if args.exp_command == "check":
+        args.expectations = args.file
+        loaded, source = _expectations(args)
+        status = EXIT_OK
+        for spec, run in zip(args.runs, runs, strict=True):
+            print(f"{spec}: torch {run['machine'].get('torch', {}).get('version')}")
+            judged = expectations.judge_run(run, loaded, source, expectations.known_cases())
+            status = max(status, _expectations_exit(judged))
+        return status
+    path = Path(args.file) if args.file else expectations.DEFAULT_FILE
+    try:
+        text = path.read_text() if path.exists() else ""
+        upd = expectations.update(text, runs, expectations.known_cases(), str(path))
+    except expectations.ExpectationsError as e:
+        raise UsageError(str(e)) from e
+    for line in upd.changes:
+        print(line)
+    if upd.new == upd.old:
+        print(f"{path.name}: nothing to change")
+        return EXIT_OK
+    print(upd.diff(path.name), end="")
+    if args.write:
+        records.write_text_atomic(path, upd.new)
+        print(f"written to {path}" + (
+            "; name the issue of each new entry before the file can be used"
+            if expectations.PLACEHOLDER_ISSUE in upd.new else ""))
+    return EXIT_OK
 
 
 def _cmd_env(args) -> int:
@@ -660,7 +867,8 @@ def _cmd_env(args) -> int:
 COMMANDS = {"list": _cmd_list, "run": _cmd_run, "show": _cmd_show,
             "require-cuda": _cmd_require_cuda, "report": _cmd_report, "compare": _cmd_compare,
             "ab": _cmd_ab, "multihost": _cmd_multihost, "env": _cmd_env,
-            "matrix": _cmd_matrix,
+            "matrix": _cmd_matrix, "expectations": _cmd_expectations,
+            "calibrate": _cmd_calibrate,
             "asv-machine": _cmd_asv_machine, "asv-publish": _cmd_asv_publish}
 
 

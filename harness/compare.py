@@ -1,34 +1,39 @@
 """`release-bench compare BASELINE CANDIDATE`: what changed between two runs, and whether any
-change is a regression.
+change is a regression. docs/method.md gives the method in full; in short:
 
-Results are matched by (suite, case, device, params), metrics by name and labels. A metric
-regresses only when all three hold:
+Results are matched by (suite, case, device, params), metrics by name and labels. Each figure
+gets one of five verdicts, read off one 95% interval of its change, judged against its
+kind's tolerance (PyTorch HUD's: ratios and throughputs 0.95x, times and latencies 1.15x,
+bytes 1.10x; 5% for every kind in `ab`):
 
-- practical: it moved past its kind's tolerance in its bad direction. Defaults follow
-  PyTorch's HUD: ratios and throughputs must stay at 0.95x of the baseline or above, times
-  and latencies at 1.15x or below, bytes at 1.10x;
-- within runs: a two-sample test on the two runs' samples (Mann-Whitney U for a median, a
-  Fisher exact quantile test for p90/p99; for a figure measured in sessions, Welch's t on
-  the sessions' log values, since a session's calls share its level) is significant;
-- between runs: the change stands out against the spread of the figure from run to run (or
-  process to process), which on a shared machine dwarfs the spread within a run. That spread
-  comes from the machine's history (`--history`, by default the baseline's folder of runs) or
-  from `ab`'s rounds; a t-test on log values with the variance moderated towards the
-  family's (the same figure at other sizes), as limma does, since a few runs cannot estimate
-  a metric's own spread. `ab`'s rounds run both sides back to back, so they are judged in
-  pairs, on each round's B/A ratio, in which the machine's state of those minutes cancels.
-  Since a past regression must not count as noise for ever, the history of each metric
-  starts at the last step asv's step detection finds.
+- `regression` / `improvement`: it moved past the tolerance in its bad (good) direction,
+  and the change is significant;
+- `unchanged`: its interval lies inside the tolerance band (an equivalence test: two
+  one-sided tests at 2.5% each), so no change that matters;
+- `inconclusive`: neither; the row gives the change it could detect and about how many
+  rounds would decide it;
+- `unverified`: not judged: no samples, measured contended, no direction, or a spread between
+  runs nobody measured.
 
-Both tests are combined (the larger p-value) and corrected for the number of metrics tested
-(Benjamini-Hochberg at a false-discovery rate of 5%). Improvements are judged the same way.
-A metric without samples is "unverified", never a regression; so is one whose case ran
-contended (telemetry invalid), and one past its tolerance whose spread between runs nobody
-measured. A conformance case that passed and now fails is a regression whatever its figures,
-unless it failed on a rate (a share of fresh processes that ended badly, which passes or
-fails by chance): its rate is then judged, with Fisher's exact test on the trials' counts.
-Comparing runs of different machines (CPU model or flags, core count, GPU model, driver
-major) is refused unless asked for (`machine_differences`).
+A change is significant when both tests say so: within runs, a two-sample test on the two
+runs' samples (Mann-Whitney U for a median, a Fisher exact quantile test for p90/p99, Welch's
+t on the sessions' log values for a figure measured in sessions); between runs, a t-test on
+log values against the spread of the figure from run to run (or process to process), which
+on a shared machine dwarfs the spread within a run. That spread comes from the machine's
+history (`--history`, by default the baseline's folder of runs) or from `ab`'s rounds (paired
+by round: a round's B/A ratio cancels the machine's state of those minutes), with each
+figure's variance moderated towards its family's (the same figure at other sizes), as limma
+does, and held at least at what this machine's calibration (`release-bench calibrate`)
+measured. The interval is of the judged change (the rounds' or runs' log values), so that
+it excludes 1 when the between-run test is significant at 5%.
+
+Multiple figures: the p-values of both claims, a change and an equivalence, are corrected
+for the number of figures judged (Benjamini-Hochberg, false-discovery rate 5%). The
+correction can only turn a verdict the interval alone would give into `inconclusive`, and
+the row then says so. A conformance case that passed and now fails is a regression whatever
+its figures, unless it failed on a rate (a share of fresh processes that ended badly), which
+is judged by Fisher's exact test on the trials' counts. Comparing runs of different machines
+(CPU model or flags, core count, GPU model, driver major) is refused unless asked for.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from harness import stats
+from harness.calibration import Calibration
 from harness.cases import metric_id, param_id
 
 # kind -> tolerated relative change in the bad direction: 0.05 means a speedup may fall to
@@ -67,7 +73,8 @@ ABSOLUTE_SLACK = {"error": 1e-9, "overhead": 1.0}
 # on them already sees the variance between processes, so no history or rounds are needed
 PER_PROCESS = ("rate",)
 HISTORY_RUNS = 10  # the most recent runs a band is estimated from
-VERDICTS = ("regression", "improvement", "unchanged", "unverified", "new", "gone")
+VERDICTS = ("regression", "improvement", "inconclusive", "unchanged", "unverified", "new",
+            "gone")
 
 
 @dataclass
@@ -85,13 +92,16 @@ class Change:
     interval: list[float | None] | None
     pvalue: float | None  # the two-sample test's, before correction
     adjusted: float | None = None  # after the false-discovery-rate correction
-    verdict: str = "unchanged"
+    verdict: str = "inconclusive"  # until `decide` judges it
     why: str = ""
     beyond: int = 0  # +1 past the tolerance in the good direction, -1 in the bad, 0 within
     better: str | None = None  # "higher" or "lower": which way is good
     allowed: float | None = None  # the tolerance, as an absolute change of the baseline
     band: list[float] | None = None  # the history's band for the candidate value
     detectable: float | None = None  # the history's minimum detectable change (relative)
+    adjusted_equivalence: float | None = None  # the equivalence test's, after the correction
+    # about how many rounds in all would decide an inconclusive figure at its spread
+    rounds_to_decide: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -112,8 +122,8 @@ def metric_key(m: dict) -> tuple[str, str]:
     return m["name"], repr(sorted(labels.items()))
 
 
-def _invalid(e: dict) -> str | None:
-    """Why a result's samples must not be judged (contended), or None."""
+def contended(e: dict) -> str | None:
+    """Why a result's samples must not be judged (measured contended), or None."""
     if e.get("outcome") == "invalid":
         return "measured contended (outcome invalid)"
     tel = e.get("telemetry") or {}
@@ -181,7 +191,7 @@ def compare_metric(case: str, a: dict, b: dict, thresholds: dict[str, float],
     if invalid:
         c.verdict, c.why = "unverified", invalid
     elif better not in ("higher", "lower") or kind not in thresholds:
-        c.verdict, c.why = "unchanged", "no direction or tolerance: not judged"
+        c.verdict, c.why = "unverified", "a figure for context: no direction or tolerance"
     elif pvalue is None:
         c.verdict = "unverified"
         c.why = "no samples" if not (sa and sb) else f"fewer than {stats.MIN_SAMPLES} samples"
@@ -216,35 +226,28 @@ def _family(c: Change) -> tuple[str, str]:
 # no relative spread between runs; changes past their (absolute) tolerance stay unverified
 NO_RELATIVE_SPREAD = ("error", "overhead", "value", "count", "rate")
 MAX_LOG_BAND = math.log(1000.0)  # a band wider than 1000x is reported as none
-# Rounds a figure measured in sessions needs before its sessions' spread is trusted: the
-# F-test that guards it (_rounds_exceed) has too few degrees of freedom below this to see a
-# level drawn per process that the sessions miss. Here the forced-shm launch's 4 MiB round
-# trips vary 0.7-3.1 ms between sessions of one process, and the first four A processes of an
-# A/A were all slower than the four B ones: judged on 3 or 4 rounds the test did not trip and
-# the A/A flagged 4 and 6 of the forced-shm and forced-uv launches' 4 MiB figures; on 5 it
-# tripped.
-SESSIONS_MIN_ROUNDS = 5
-# Members a family needs to stand on its own spread; a smaller one also borrows its kind's
-# (between_runs). The telemetry sampler's cost on a fixed loop is three times of one loop
-# that move together; one process draws its level about +-10% from the next, and a
-# whole-profile A/A whose five B processes all drew slow flagged two of the three (1.1x,
-# adjusted p 0.02-0.04) on their own spread alone.
-SMALL_FAMILY = 5
 
 
-def between_runs(changes: list[Change], replicates: Replicates,
-                 floors: dict | None = None) -> dict[int, tuple]:
+def _key(c: Change) -> tuple[str, tuple[str, str]]:
+    return c.case, (c.metric, repr(sorted(c.labels.items())))
+
+
+def between_runs(changes: list[Change], replicates: Replicates, floors: dict | None = None,
+                 cal: Calibration | None = None) -> dict[int, tuple]:
     """For each change (by index) the moderated test of its run-level values: (p, se, df,
-    log change of the run values). `floors` (metric key -> variance of its log values in the
-    machine's history) keeps a metric's prior spread at least what its history showed: a
-    figure that flips between two levels from one process to the next (a small autocast
-    GEMM here: 0.13 or 0.20 ms) can look steady in ab's few rounds."""
+    log change of the run values). A figure's prior spread is its family's, held at least at
+    the floors: `floors` (metric key -> variance of its log values in the machine's history)
+    and the calibration's (`cal`), since a figure that flips between two levels from one
+    process to the next (a small autocast GEMM here: 0.13 or 0.20 ms) can look steady in a
+    few rounds. Without a calibration a family is held at least as wide as its whole kind:
+    three alike figures of one case (one loop timed three ways) move together, so their own
+    spread says nothing of a level drawn per process."""
     # a family lends its spread to members judged the same way: paired rounds (the spread of
     # B/A ratios) or not (the spread of each side's values)
     groups: dict[tuple[str, str, bool], list[list[list[float]]]] = {}
     sides = {}
     for i, c in enumerate(changes):
-        rep = replicates.get((c.case, (c.metric, repr(sorted(c.labels.items())))))
+        rep = replicates.get(_key(c))
         if rep is None or c.candidate is None or c.kind in NO_RELATIVE_SPREAD:
             continue
         a, b, paired, within = rep
@@ -256,36 +259,38 @@ def between_runs(changes: list[Change], replicates: Replicates,
         ratios = [y / x for x, y in zip(a, b, strict=True)] if paired else None
         groups.setdefault(family, []).append([ratios] if paired else [a, b])
     priors = {f: stats.family_prior(g) for f, g in groups.items()}
-    # a small family borrows from its whole kind (every family of its kind judged the same
-    # way) where that is wider: three figures of one case that are one measurement seen three
-    # ways move together, so their own spread says nothing of a level drawn per process
-    kinds: dict[tuple[str, bool], list[list[list[float]]]] = {}
-    for (_, kind, paired), g in groups.items():
-        kinds.setdefault((kind, paired), []).extend(g)
-    kind_priors = {k: stats.family_prior(g) for k, g in kinds.items()}
-    for (case, kind, paired), g in groups.items():
-        if len(g) < SMALL_FAMILY and (wide := kind_priors[(kind, paired)]) is not None:
-            own = priors[(case, kind, paired)]
-            priors[(case, kind, paired)] = wide if own is None else max(own, wide)
+    if cal is None:
+        kinds: dict[tuple[str, bool], list[list[list[float]]]] = {}
+        for (_, kind, paired), g in groups.items():
+            kinds.setdefault((kind, paired), []).extend(g)
+        kind_priors = {k: stats.family_prior(g) for k, g in kinds.items()}
+        for (case, kind, paired) in groups:
+            if (wide := kind_priors[(kind, paired)]) is not None:
+                own = priors[(case, kind, paired)]
+                priors[(case, kind, paired)] = wide if own is None else max(own, wide)
     out = {}
     for i, (a, b, family, within) in sides.items():
         c = changes[i]
         paired = family[2]
         prior, prior_df = priors[family], stats.PRIOR_DF
-        if (paired and within is not None and len(a) >= SESSIONS_MIN_ROUNDS
+        trusted = cal is not None and cal.trusts_sessions(_key(c))
+        if (paired and within is not None and trusted
                 and not _rounds_exceed(a, b, within)):
-            # the metric's own spread, from its sessions: what its family's spread (raw TCP
-            # and Gloo latencies beside TensorPipe's) says of it is then beside the point
+            # the metric's own spread, from its sessions, where this machine's calibration
+            # found that they predict its rounds: what its family's spread (raw TCP and Gloo
+            # latencies beside TensorPipe's) says of it is then beside the point
             prior, prior_df = within
-        elif not paired and within is not None and len(a) >= 2:
-            # separate runs: a run's value varies at least as much as its sessions predict,
-            # however alike the few runs of the history happen to be (two runs of Gloo's
-            # 64 KiB p90 at 4.0 ms each, then a run at 0.14 ms from the same code)
+        elif within is not None and len(a) >= 2:
+            # a run's (or round's) value varies at least as much as its sessions predict,
+            # however alike the few runs happen to be (two runs of Gloo's 64 KiB p90 at 4.0 ms
+            # each, then a run at 0.14 ms from the same code)
             prior = within[0] if prior is None else max(prior, within[0])
-        floor = (floors or {}).get((c.case, (c.metric, repr(sorted(c.labels.items())))))
+        floor = (floors or {}).get(_key(c))
         if floor is not None:
             # the history's variance is of one run's value; a ratio of two has twice that
             floor = 2 * floor if paired else floor
+            prior = floor if prior is None else max(prior, floor)
+        if cal is not None and (floor := cal.floor(_key(c), family[:2], paired)) is not None:
             prior = floor if prior is None else max(prior, floor)
         if paired:
             res = stats.moderated_paired_test(a, b, prior, prior_df)
@@ -296,7 +301,7 @@ def between_runs(changes: list[Change], replicates: Replicates,
             change = float(np.mean(np.log(b)) - np.mean(np.log(a)))
             if within is not None:  # every run value is its sessions' geometric mean
                 c.extra["judged_on"] = "sessions"
-            out[i] = (*res, change)
+            out[i] = (*res, change, paired, len(a))
     return out
 
 
@@ -313,55 +318,86 @@ def _rounds_exceed(a: list[float], b: list[float], within: tuple[float, float]) 
     return stats.variance_exceeds(float(np.var(d, ddof=1)), d.size - 1, var, df)
 
 
+def _band(c: Change) -> tuple[float, float] | None:
+    """The tolerance band of the factor, as log bounds: [log(1 - t), log(1 + t)] for a
+    relative tolerance t (the kind's, or its absolute slack over the baseline)."""
+    if c.allowed is None or not c.baseline:
+        return None
+    t = c.allowed / abs(c.baseline)
+    return (math.log1p(-t) if t < 1 else -math.inf), math.log1p(t)
+
+
+def _equivalence_p(centre: float, se: float, df: float, band: tuple[float, float]) -> float:
+    """Two one-sided tests that the log change `centre` lies inside `band`, at the level of
+    the two-sided interval: below 0.05 exactly when the 95% interval lies inside it."""
+    lo, hi = band
+    if se == 0:
+        return 0.0 if lo < centre < hi else 1.0
+    p_low = stats.t_sf((centre - lo) / se, df)  # H0: change at or below the lower bound
+    p_high = stats.t_sf((hi - centre) / se, df)  # H0: change at or above the upper bound
+    return min(1.0, 2 * max(p_low, p_high))
+
+
+def _rounds_to_decide(centre: float, half: float, band: tuple[float, float],
+                      rounds: int) -> int | None:
+    """About how many rounds in all would decide a figure whose interval is centre +- half
+    (log scale) after `rounds` rounds, its spread and change staying as they are: inside
+    the band, its interval must shrink to the nearer edge; outside it, to exclude no change.
+    None where no number of rounds would (a change right at the tolerance)."""
+    lo, hi = band
+    need = min(centre - lo, hi - centre) if lo < centre < hi else abs(centre)
+    if need <= 0 or half <= 0:
+        return None
+    return max(rounds + 1, math.ceil(rounds * (half / need) ** 2))
+
+
+def _pct(t: float) -> str:
+    return f"{100 * t:.3g}%"
+
+
 def decide(changes: list[Change], replicates: Replicates | None,
-           alpha: float = stats.ALPHA, floors: dict | None = None) -> None:
-    """Verdicts, in place. A change is a regression (improvement) when it is past its kind's
-    tolerance in the bad (good) direction and significant, after the false-discovery-rate
-    correction over every metric tested, both against the samples within the runs and
-    against the spread between runs (`replicates`). Without replicates the spread between
-    runs is unknown: a change past the tolerance is then unverified, not a verdict."""
-    between = between_runs(changes, replicates, floors) if replicates else {}
-    for i, (_, se, df, change) in between.items():
-        # The samples' interval misses the spread between processes, which the verdict
-        # weighs: it would show 1.14x [1.11, 1.17] beside "unchanged". The interval of a
-        # factor judged against that spread is the factor times exp(+-t se), se being the
-        # standard error of the log change between runs; it contains the factor by
-        # construction (the samples' bootstrap estimates another statistic, the pooled
-        # quantile, and could lie beside it: 1.44x [1.40, 1.43]). A figure measured in
-        # sessions is judged on their geometric means (`run_value`), whose change can differ
-        # from its reported values' (1.09x reported, 1.17x judged): its interval is the
-        # judged change's, so that it agrees with the verdict, and the row says so. Its
-        # tolerance is held against the judged change too: the pooled quantile of calls
-        # whose level flips by session is what judging on sessions avoids (a 4 MiB TCP p90
-        # was 1.054x pooled, 1.04x on its sessions, and flagged as past 5% and significant).
-        c = changes[i]
-        if c.factor and c.factor > 0:
-            half = stats.t_quantile((1 + stats.CI_LEVEL) / 2, df) * se
-            centre = c.factor
-            if c.extra.get("judged_on") == "sessions":
-                centre = math.exp(change)
-                c.extra["judged_factor"] = centre
-                c.beyond = _beyond(c.better, c.allowed, c.baseline, c.baseline * centre)
-            c.extra["interval_within_runs"] = c.interval
-            c.interval = [centre * math.exp(-half), centre * math.exp(half)]
+           alpha: float = stats.ALPHA, floors: dict | None = None,
+           cal: Calibration | None = None) -> None:
+    """Verdicts, in place (see the module's docstring). Without replicates the spread between
+    runs is unknown: every figure is then unverified (but for rates, whose trials are
+    independent processes)."""
+    between = between_runs(changes, replicates, floors, cal) if replicates else {}
     tested = [i for i, c in enumerate(changes)
-              if c.pvalue is not None and c.verdict == "unchanged" and not c.why]
-    combined = []
+              if c.pvalue is not None and c.verdict == "inconclusive" and not c.why]
+    t95 = {}
+    diff_p, equiv_p = [], []
     for i in tested:
         c = changes[i]
-        if i in between:
-            p_between, se, df, _ = between[i]
-            c.extra.update(p_within=c.pvalue, p_between=p_between, se_log=se, df=df)
-            combined.append(max(c.pvalue, p_between))  # both must be significant
-        else:
-            combined.append(c.pvalue)
-    adjusted = stats.adjust(combined)
+        if i not in between:
+            diff_p.append(c.pvalue)
+            equiv_p.append(1.0)  # no interval of the change between runs: nothing shown
+            continue
+        p_between, se, df, change, _, _ = between[i]
+        # The interval is of the change judged (the mean log ratio of the rounds, or the
+        # difference of mean log values of the runs), so that it excludes 1 exactly when the
+        # between-run test is significant at 5%; the factor of the reported values (ab's
+        # merged value is the median of its rounds') may sit beside it. Its tolerance is held
+        # against the judged change too: a pooled quantile of calls whose level flips by
+        # session moves where the sessions do not (a 4 MiB TCP p90 was 1.054x pooled, 1.04x
+        # on its sessions).
+        centre = math.exp(change)
+        c.extra.update(p_within=c.pvalue, p_between=p_between, se_log=se, df=df,
+                       judged_factor=centre, interval_within_runs=c.interval)
+        c.beyond = _beyond(c.better, c.allowed, c.baseline, c.baseline * centre)
+        t = t95.setdefault(df, stats.t_quantile(1 - alpha / 2, df))
+        c.interval = [centre * math.exp(-t * se), centre * math.exp(t * se)]
+        diff_p.append(max(c.pvalue, p_between))  # both must be significant
+        band = _band(c)
+        equiv_p.append(_equivalence_p(change, se, df, band) if band else 1.0)
+    adjusted = stats.adjust(diff_p)
+    adjusted_eq = stats.adjust(equiv_p)
     crit = {}
-    for i, p in zip(tested, adjusted, strict=True):
+    for i, p, q in zip(tested, adjusted, adjusted_eq, strict=True):
         c = changes[i]
-        c.adjusted = p
+        c.adjusted, c.adjusted_equivalence = p, q
+        band = _band(c)
         if i in between:
-            _, se, df, change = between[i]
+            _, se, df, change, paired, rounds = between[i]
             # the smallest change this many tests and this spread let through
             t = crit.setdefault(df, stats.t_quantile(1 - alpha / (2 * len(tested)), df))
             if t * se < MAX_LOG_BAND:  # else no change of any size could be told from noise
@@ -369,30 +405,72 @@ def decide(changes: list[Change], replicates: Replicates | None,
                 # where the candidate would sit had nothing changed, on the reported scale
                 centre = c.candidate / math.exp(change) if c.candidate > 0 else c.baseline
                 c.band = [centre * float(np.exp(-t * se)), centre * float(np.exp(t * se))]
-        significant = p < alpha
-        if c.beyond and i not in between and c.kind not in PER_PROCESS:
-            c.verdict = "unverified"
-            c.why = ("past the tolerance, but the spread between runs is unknown (no history: "
-                     f"--history, or ab); within-run p {c.pvalue:.2g}")
-        elif c.beyond and significant:
-            c.verdict = "regression" if c.beyond < 0 else "improvement"
-            c.why = f"past the tolerance and significant (adjusted p {p:.2g})"
-        elif c.beyond:
-            c.why = f"past the tolerance but not significant (adjusted p {p:.2g})"
-        elif significant:
-            c.why = "significant but within the tolerance"
-        else:
-            c.why = "within the tolerance"
-        if (judged := c.extra.get("judged_factor")) is not None:
-            c.why += f"; judged on its sessions' geometric mean, {judged:.3g}x"
+            if paired and band:
+                c.rounds_to_decide = _rounds_to_decide(
+                    change, t95[df] * se, band, rounds)
+        _verdict(c, p, q, alpha, i in between, len(tested))
+        if c.extra.get("judged_on") == "sessions":
+            c.why += f"; judged on its sessions' geometric mean, {c.extra['judged_factor']:.3g}x"
+
+
+def _verdict(c: Change, p: float, q: float, alpha: float, spread_known: bool,
+             tested: int) -> None:
+    """One figure's verdict and why, from its adjusted p-values: `p` of a change, `q` of its
+    equivalence."""
+    if c.allowed == 0:
+        tol = "0"  # a rate: any rise counts
+    else:
+        tol = _pct(c.allowed / abs(c.baseline)) if c.allowed is not None and c.baseline else "?"
+    if not spread_known and c.kind not in PER_PROCESS:
+        c.verdict = "unverified"
+        c.why = ("the spread between runs is unknown (no history: --history, or ab); "
+                 f"within-run p {c.pvalue:.2g}")
+        return
+    lo, hi = c.interval if c.interval and None not in c.interval else (None, None)
+    excludes_one = lo is not None and (lo > 1 or hi < 1)
+    if c.beyond and p < alpha:
+        c.verdict = "regression" if c.beyond < 0 else "improvement"
+        c.why = f"past the {tol} tolerance and significant (adjusted p {p:.2g})"
+        return
+    if q < alpha:
+        c.verdict = "unchanged"
+        c.why = (f"significant (adjusted p {p:.2g}) but inside the {tol} tolerance"
+                 if p < alpha else f"inside the {tol} tolerance")
+        c.why += f" (equivalence, adjusted p {q:.2g})"
+        return
+    c.verdict = "inconclusive"
+    if c.kind in PER_PROCESS:
+        c.why = (f"a rate's tolerance is {tol}: no interval shows it unchanged; its rise "
+                 f"was not significant (adjusted p {p:.2g})")
+        return
+    if c.beyond:
+        c.why = f"past the {tol} tolerance but not significant (adjusted p {p:.2g})"
+        if excludes_one:
+            c.why += f": its interval excludes 1, but not after the correction over {tested}"
+    elif p < alpha:
+        c.why = f"a significant change (adjusted p {p:.2g}) that may reach past the {tol} tolerance"
+    elif excludes_one:
+        c.why = (f"its interval excludes 1, but over {tested} figures the change is not "
+                 f"significant (adjusted p {p:.2g}), and it reaches past the {tol} tolerance")
+    elif lo is not None and math.log(lo) > (b := _band(c))[0] and math.log(hi) < b[1]:
+        c.why = (f"its interval lies inside the {tol} tolerance, but not after the correction "
+                 f"over {tested} figures (adjusted equivalence p {q:.2g})")
+    else:
+        c.why = f"its interval reaches past the {tol} tolerance"
+    if c.detectable is not None:
+        c.why += f"; detectable change {_pct(c.detectable)}"
+    if c.rounds_to_decide is not None:
+        c.why += f"; about {c.rounds_to_decide} rounds would decide it"
 
 
 def compare_runs(base: dict, cand: dict, thresholds: dict[str, float] | None = None,
                  history: list[dict] | None = None, alpha: float = stats.ALPHA,
-                 replicates: Replicates | None = None) -> list[Change]:
+                 replicates: Replicates | None = None,
+                 cal: Calibration | None = None) -> list[Change]:
     """The changes from `base` to `cand`. The spread between runs comes from `history` (the
     machine's earlier runs, oldest first) or from `replicates` (ab's rounds); given both, the
-    history's spread of each metric is a floor under the rounds'."""
+    history's spread of each metric is a floor under the rounds'. `cal` is this machine's
+    calibration (None: the conservative rules, see harness.calibration)."""
     th = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
     base_by_key = {result_key(e): e for e in base["results"]}
     changes: list[Change] = []
@@ -410,7 +488,7 @@ def compare_runs(base: dict, cand: dict, thresholds: dict[str, float] | None = N
             changes.append(Change(key, "(outcome)", {}, "", "conformance", None, None, None,
                                   None, None, verdict="regression",
                                   why=f"passed, now {e['outcome']}: {e['reason'][:200]}"))
-        invalid = _invalid(old) or _invalid(e)
+        invalid = contended(old) or contended(e)
         old_metrics = {metric_key(m): m for m in old["metrics"]}
         for m in e["metrics"]:
             if (k := metric_key(m)) in old_metrics:
@@ -422,7 +500,7 @@ def compare_runs(base: dict, cand: dict, thresholds: dict[str, float] | None = N
         replicates = history_replicates(history, cand)
     elif history:  # ab's rounds, with the machine's history as a floor under each spread
         floors = history_floors(history)
-    decide(changes, replicates, alpha, floors)
+    decide(changes, replicates, alpha, floors, cal)
     return changes
 
 
@@ -473,14 +551,14 @@ def history_replicates(runs: list[dict], cand: dict | None = None) -> Replicates
     series: dict[tuple[str, tuple[str, str]], list[tuple[float, list | None]]] = {}
     for run in runs[-HISTORY_RUNS:]:
         for e in run["results"]:
-            if _invalid(e):
+            if contended(e):
                 continue
             for m in e["metrics"]:
                 if (v := run_value(m)) is not None:
                     series.setdefault((result_key(e), metric_key(m)), []).append(
                         (v, m.get("sessions")))
     in_cand = {(result_key(e), metric_key(m)): m
-               for e in (cand or {}).get("results", []) if not _invalid(e)
+               for e in (cand or {}).get("results", []) if not contended(e)
                for m in e["metrics"]}
     out = {}
     for k, v in series.items():
@@ -535,12 +613,16 @@ def machine_differences(a: dict, b: dict) -> list[str]:
 
 
 def fmt_change(c: Change) -> str:
-    """`1.18x [1.09, 1.27]`: the factor and its interval."""
+    """`1.18x [1.09, 1.27]`: the change judged and its interval; where the reported values'
+    factor differs from it, that too (`1.18x [1.09, 1.27] (values 1.21x)`)."""
     if c.factor is None:
         return ""
-    text = f"{c.factor:.3g}x"
+    judged = c.extra.get("judged_factor") or c.factor
+    text = f"{judged:.3g}x"
     if c.interval and None not in c.interval:
         text += f" [{c.interval[0]:.3g}, {c.interval[1]:.3g}]"
+    if judged != c.factor and c.factor > 0 and abs(math.log(c.factor / judged)) > 0.01:
+        text += f" (values {c.factor:.3g}x)"
     return text
 
 
@@ -552,9 +634,9 @@ def changes_table(changes: list[Change], show_all: bool = False) -> list[dict[st
     order = {v: i for i, v in enumerate(VERDICTS)}
     rows = []
     for c in sorted(changes, key=lambda c: (order[c.verdict], c.case, c.name)):
-        if not show_all and c.verdict == "unchanged" and not c.beyond:
-            continue
-        if not show_all and c.verdict == "unverified" and not c.beyond:
+        # regressions, improvements and inconclusive figures are always listed; unchanged
+        # and unverified ones with --all, or where a figure moved past its tolerance
+        if not show_all and c.verdict in ("unchanged", "unverified") and not c.beyond:
             continue
         rows.append({
             "verdict": c.verdict, "case": c.case, "metric": c.name, "kind": c.kind,

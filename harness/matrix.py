@@ -1,7 +1,7 @@
 """`release-bench matrix`: the release checklist and the headline figures across torch versions.
 
-Each side is an environment (`release-bench env create VERSION`, or any venv). The session is
-`ab`'s, widened to N sides: a suite's conformance cases, and each of its benchmark cases
+Each side is an environment (`release-bench env create VERSION`, or any venv). The comparison
+is `ab`'s, widened to N sides: a suite's conformance cases, and each of its benchmark cases
 (`ab.groups`), run in a fresh process per side and round, round by round, with the order of
 the sides rotated from round to round so that each goes first as often as the others. Each
 side's rounds are merged (`ab.merge_runs`), and each version is judged against the one before
@@ -26,7 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import ab, compare, envs, machine, records
+from harness import ab, compare, envs, expectations, machine, records
+from harness.calibration import Calibration
 from harness.cases import metric_id
 
 SCHEMA = "release-bench-matrix/1"
@@ -70,6 +71,8 @@ def summarize_side(run: dict) -> dict[str, Any]:
         cid = compare.result_key(e)
         cases[cid] = {"suite": e["suite"], "kind": e["kind"], "outcome": e["outcome"],
                       "reason": e.get("reason", "")[:300], "warnings": warnings_of(e)}
+        if expected := e.get("expected"):  # its status under the expectations file
+            cases[cid]["expected"] = expected
         for m in e["metrics"]:
             if m.get("headline"):
                 st = m.get("stats") or {}
@@ -114,7 +117,9 @@ def plan(units: list[ab.Group], n_sides: int, rounds: int) -> list[tuple[int, ab
 
 def matrix(sides: list[str], units: list[ab.Group], run_args: list[str], rounds: int,
            out_dir: Path, progress: Callable[[str], None],
-           thresholds: dict[str, float] | None = None) -> dict[str, Any]:
+           thresholds: dict[str, float] | None = None,
+           expected: tuple[list, str] | None = None,
+           cal: Calibration | None = None) -> dict[str, Any]:
     """Run the matrix; returns its record (also written as `<dir>/matrix.json`)."""
     if len(sides) < 2:
         raise ab.AbError("a matrix needs at least two environments")
@@ -140,10 +145,13 @@ def matrix(sides: list[str], units: list[ab.Group], run_args: list[str], rounds:
                              f"{unit.name}; see {log}")
         runs[label].append(records.read_run(path))
         progress(f"[{step}/{len(steps)}] done in {time.perf_counter() - t0:.0f} s")
-    return judge(base, labels, versions, runs, rounds, thresholds, ab.more_rounds(units, rounds))
+    return judge(base, labels, versions, runs, rounds, thresholds, ab.more_rounds(units, rounds),
+                 expected, cal)
 
 
-def judge_again(base: Path, thresholds: dict[str, float] | None = None) -> dict[str, Any]:
+def judge_again(base: Path, thresholds: dict[str, float] | None = None,
+                expected: tuple[list, str] | None = None,
+                cal: Calibration | None = None) -> dict[str, Any]:
     """The verdicts of an earlier matrix from its stored rounds (`<base>/rounds/`), e.g. after
     `compare` changed; its matrix.json is rewritten."""
     try:
@@ -154,23 +162,36 @@ def judge_again(base: Path, thresholds: dict[str, float] | None = None) -> dict[
     by_side = ab.load_rounds(base)  # sides are named by their position among the labels
     runs = {label: by_side.get(str(i), []) for i, label in enumerate(labels)}
     return judge(base, labels, {v["label"]: v["torch"] for v in meta["versions"]}, runs,
-                 meta["rounds"], thresholds, meta.get("more_rounds"))
+                 meta["rounds"], thresholds, meta.get("more_rounds"), expected, cal)
 
 
 def judge(base: Path, labels: list[str], versions: dict[str, str],
           runs: dict[str, list[dict]], rounds: int,
           thresholds: dict[str, float] | None = None,
-          more_rounds: dict[str, int] | None = None) -> dict[str, Any]:
+          more_rounds: dict[str, int] | None = None,
+          expected: tuple[list, str] | None = None,
+          cal: Calibration | None = None) -> dict[str, Any]:
+    """The matrix record of the rounds `runs` (by label): each version's merged run, judged by
+    the expectations (`expected`: entries and their source; None: raw outcomes) and against
+    the version before it."""
     merged = {label: ab.merge_runs(runs[label]) for label in labels}
+    judged = {}
     for label in labels:
+        if expected is not None:  # each version by its own torch: entries name versions
+            judged[label] = expectations.judge_run(merged[label], expected[0], expected[1],
+                                                   expectations.known_cases())
+            expectations.annotate(merged[label], judged[label])
         records.write_json_atomic(base / f"torch-{label}.json",
                                   records.scrub_paths(merged[label]))
     summary = {label: summarize_side(merged[label]) for label in labels}
+    for label, j in judged.items():
+        summary[label]["expectations"] = j.to_json()
     steps = []
     for prev, this in zip(labels, labels[1:], strict=False):
         changes = compare.compare_runs(merged[prev], merged[this],
                                        {**compare.AB_THRESHOLDS, **(thresholds or {})},
-                                       replicates=ab.round_values(runs[prev], runs[this]))
+                                       replicates=ab.round_values(runs[prev], runs[this]),
+                                       cal=cal)
         headline_ids = {(h["case"], compare.metric_key(h)) for h in summary[this]["headlines"]}
         steps.append({
             "from": prev, "to": this, "counts": compare.counts(changes),

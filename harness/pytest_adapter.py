@@ -9,19 +9,22 @@ In a suite's test module:
     test_workload = workload_benchmarks(suite)
 
 Conformance tests run the same `runner.execute` as the CLI, so a test passes exactly when
-the case would pass in a run. Workload benchmarks time the callables the suite's builders
-return, with warm-up on and a clock that synchronises CUDA (pytest-benchmark does neither by
-default), so `pytest --benchmark-json FILE` records the same statements the CLI measures.
+the case would pass in a run, and is an expected failure (xfail) exactly when the run would
+call it expected-fail under `expectations.toml` (harness.expectations). Workload benchmarks
+time the callables the suite's builders return, with warm-up on and a clock that
+synchronises CUDA (pytest-benchmark does neither by default), so `pytest --benchmark-json
+FILE` records the same statements the CLI measures.
 """
 
 from __future__ import annotations
 
+import platform
 from functools import cache
 
 import pytest
 import torch
 
-from harness import runner, timing
+from harness import expectations, runner, timing
 from harness.cases import Case, Params, Suite, Workload, param_id
 from harness.telemetry import Telemetry
 
@@ -29,7 +32,7 @@ PROFILE = "quick"
 
 
 @cache
-def session_telemetry() -> Telemetry:
+def process_telemetry() -> Telemetry:
     """One telemetry per pytest process: its run-level info goes into machine_info."""
     return Telemetry()
 
@@ -40,15 +43,42 @@ def _marks(device: str, needs: tuple[str, ...]) -> list[pytest.MarkDecorator]:
     return marks
 
 
+class ExpectedFailure(Exception):
+    """A case failed as an entry of the expectations file says (the test is an xfail)."""
+
+
+@cache
+def _expectations() -> tuple[expectations.Expectation, ...]:
+    return tuple(expectations.load())
+
+
+def _here() -> dict:
+    """What the expectations' conditions read of this process's machine."""
+    return {"torch": {"version": torch.__version__}, "python": platform.python_version(),
+            "os": platform.platform()}
+
+
+def _expected_marks(case: Case, device: str) -> list[pytest.MarkDecorator]:
+    """An xfail where an entry of the expectations file applies to the case here: strict
+    where the entry expects a failure always (a pass is then a failed test: the defect is
+    fixed, the entry must go), and only for `ExpectedFailure`, so that a failure the entry
+    does not excuse fails the test."""
+    applicable = [x for x in _expectations() if x.matches_case(case.suite, case.name)
+                  and x.applies(_here(), device)]
+    if not applicable:
+        return []
+    always_fails = "pass" not in {o for x in applicable for o in x.outcomes}
+    return [pytest.mark.xfail(strict=always_fails, raises=ExpectedFailure,
+                              reason=f"{applicable[0].issue}: {applicable[0].summary}")]
+
+
 def _cases(suite: Suite, kind: str) -> list:
     out = []
     for case in suite.cases:
         if case.kind != kind:
             continue
         for device in case.devices:
-            marks = _marks(device, case.needs)
-            if case.known_issue:  # an upstream defect the case catches in some runs
-                marks.append(pytest.mark.xfail(strict=False, reason=case.known_issue))
+            marks = _marks(device, case.needs) + _expected_marks(case, device)
             for p in case.param_sets(PROFILE, device):
                 out.append(pytest.param(case, device, p, marks=marks,
                                         id=f"{case.name}-{device}-{param_id(p)}"))
@@ -56,10 +86,15 @@ def _cases(suite: Suite, kind: str) -> list:
 
 
 def _assert_passes(case: Case, device: str, params: Params) -> dict:
+    """Run the case as a run does; it must pass, or fail as the expectations file says."""
     entry = runner.execute(case, device, params, PROFILE)
     if entry["outcome"] == "skip":
         pytest.skip(entry["reason"])
+    judged = expectations.judge_result(entry, _here(), _expectations())
+    if judged.status == "expected-fail":
+        raise ExpectedFailure(f"{judged.issue}: {entry['reason']}")
     detail = entry["details"].get("traceback", "")
+    assert not judged.unexpected, f"{judged.status}: {judged.why}; {entry['reason']}\n{detail}"
     assert entry["outcome"] == "pass", f"{entry['outcome']}: {entry['reason']}\n{detail}"
     return entry
 
@@ -110,7 +145,7 @@ def workload_benchmarks(suite: Suite):
         benchmark.extra_info.update(suite=workload.suite, workload=workload.name,
                                     device=device, params=params)
         try:
-            with session_telemetry().sampler() as sampler:
+            with process_telemetry().sampler() as sampler:
                 benchmark(fn)
         finally:
             if callable(getattr(fn, "close", None)):  # a workload holding peers or processes

@@ -170,7 +170,8 @@ PRIOR_DF = 4.0  # weight of a metric family's spread against a metric's own (lim
 FAMILY_MIN = 3  # members with a spread of their own a family needs to lend it to them
 # The family's spread is a high quantile of its members' rather than their median: with two
 # or three runs a noisy member can look quiet by chance, and must not then borrow a quiet
-# family's confidence (judged on A/A runs of this machine, see the closing note of issue 12).
+# family's confidence (judged on A/A runs of this machine: docs/validation.md; a calibration
+# measures the quantile's spread for its machine, see harness/calibration.py).
 FAMILY_QUANTILE = 0.75
 
 
@@ -256,3 +257,8 @@ def variance_exceeds(var: float, df: int, expected: float, expected_df: float,
 
 def t_quantile(p: float, df: float) -> float:
     return float(sps.t.ppf(p, df))
+
+
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with `df` degrees of freedom."""
+    return float(sps.t.sf(t, df))

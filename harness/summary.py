@@ -26,9 +26,15 @@ def fmt_value(value: float | None, unit: str) -> str:
     return f"{value:.4g} {unit}".rstrip()
 
 
+def fmt_percent(fraction: float) -> str:
+    """A fraction as a percentage to two significant digits, never in exponent form:
+    0.0123 -> '1.2%', 1.0 -> '100%'."""
+    return f"{float(f'{100 * fraction:.2g}'):g}%"
+
+
 def fmt_rate(k: int, n: int, low: float, high: float) -> str:
     """A rate of trials with its interval: '2/20 [1.2%, 32%]'."""
-    return f"{k}/{n} [{100 * low:.2g}%, {100 * high:.2g}%]"
+    return f"{k}/{n} [{fmt_percent(low)}, {fmt_percent(high)}]"
 
 
 def fmt_metric(m: dict[str, Any]) -> str:
@@ -88,6 +94,29 @@ def _cell(v: Any) -> str:
     return "" if v is None else str(v)
 
 
+EXPECTATION_STATUSES = ("expected-fail", "unexpected-fail", "unexpected-pass")
+
+
+def shown_outcome(e: dict[str, Any]) -> str:
+    """A result's outcome as a person should read it: its status under the expectations
+    where the run was judged by them (`expected-fail`, `UNEXPECTED-FAIL`, ...), else the
+    outcome, failures in capitals."""
+    status = (e.get("expected") or {}).get("status", e["outcome"])
+    if status == "expected-fail":
+        return status
+    return status.upper() if status in ("fail", "error", "unexpected-fail",
+                                        "unexpected-pass") else status
+
+
+def _expected_note(e: dict[str, Any]) -> str:
+    """The issue an expected failure is tracked by, or why a result was unexpected."""
+    exp = e.get("expected") or {}
+    if exp.get("status") == "expected-fail":
+        return f"expected: {exp.get('issue', '')}"
+    return exp.get("why", "") if exp.get("status") in ("unexpected-fail",
+                                                         "unexpected-pass") else ""
+
+
 def _crossed(placement: dict[str, str]) -> str:
     """The hosts a case's ranks ran on, e.g. "ranks 0,2 on node 0; 1 on node 1"."""
     by_node: dict[str, list[str]] = {}
@@ -114,17 +143,21 @@ def run_summary(run: dict[str, Any], tables: bool = True) -> str:
             flags.append("INVALID: " + "; ".join(tel.get("invalid_reasons", [])))
         flags += [_crossed(p) for p in e.get("placement", [])]
         rows.append([
-            e["outcome"].upper() if e["outcome"] in ("fail", "error") else e["outcome"],
+            shown_outcome(e),
             f"{e['suite']}/{e['case']}",
             e.get("device", ""),
             param_id(e["params"]),
             key_figures(e),
-            "; ".join(filter(None, [e["reason"], *flags])),
+            "; ".join(filter(None, [_expected_note(e), e["reason"], *flags])),
         ])
     lines.append(_rows_to_text(rows))
     counts = Counter(e["outcome"] for e in run["results"])
     lines.append("totals: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in
                                         ("pass", "fail", "error", "skip", "invalid")))
+    if judged := run.get("expectations"):
+        lines.append(f"expectations ({judged['source']}): " + ", ".join(
+            f"{n} {s}" for s, n in judged["counts"].items() if n and s in EXPECTATION_STATUSES)
+            + ("" if any(judged["counts"].get(s) for s in EXPECTATION_STATUSES) else "none apply"))
     if counts.get("invalid"):
         lines.append(f"{counts['invalid']} invalid: only performance checks failed, on a machine "
                      "telemetry found contended; not failures, rerun them on a quiet machine")

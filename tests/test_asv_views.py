@@ -128,18 +128,18 @@ def test_views_of_one_case_share_one_cache_so_no_case_runs_twice():
 # asv runs each benchmark in a process of its own; so does this check, since an RPC agent,
 # once shut down, cannot be started again in the same process (a second LocalPeer hangs)
 PEER_CHECK = """
-from suites.rpc import session
+from suites.rpc import caller
 from suites.rpc.asv_bench import TensorPipeBuiltin as View
 first = View()
 first.setup("cpu", 4)
 first.time_builtin("cpu", 4)
 if hasattr(first, "teardown"):
     first.teardown("cpu", 4)
-peer = session._local
+peer = caller._local
 again = View()
 again.setup("cpu", 4)
 again.time_builtin("cpu", 4)
-print("same peer" if session._local is peer and peer.thread.is_alive() else "peer restarted")
+print("same peer" if caller._local is peer and peer.thread.is_alive() else "peer restarted")
 """
 
 

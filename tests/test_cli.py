@@ -37,8 +37,9 @@ def test_list_names_every_suite_case_and_need():
         (["show", "no/such/run.json"], "no such run file"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         (["ab", "a", "b", "--max-rounds", "5"], "--max-rounds must be above --rounds (5)"),
-        (["ab", "a", "b", "--max-rounds", "8", "--precision", "2"], "expected a fraction"),
-        (["ab", "a", "b", "--precision", "0.2"], "give --max-rounds too"),
+        (["ab", "a", "b", "--calibration", "no/such/calibration.json"], "not a calibration"),
+        (["expectations", "check", "results/runs/amd-epyc-2c/20261130T071344Z-quick.json",
+          "--file", "no/such/expectations.toml"], "no/such/expectations.toml: cannot read"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import compare, records, stats
+from harness import calibration, compare, records, stats
 from harness.cases import Context
 
 BIN = Path(sys.executable).parent
@@ -90,18 +91,23 @@ def test_a_real_slowdown_is_a_regression_with_its_interval():
     b = _run([_metric("t", _samples(rng, 1.25)), _metric("u", _samples(rng, 1.0))])
     changes = {c.metric: c for c in compare.compare_runs(history[-1], b, history=history)}
     assert changes["t"].verdict == "regression"
+    # the interval is of the change judged: the candidate against the history's level
     lo, hi = changes["t"].interval
-    assert lo < changes["t"].factor < hi and lo > 1.15
+    judged = changes["t"].extra["judged_factor"]
+    assert lo < judged < hi and lo > 1.1
     assert changes["t"].detectable < 0.25  # what this history lets through
-    assert changes["u"].verdict == "unchanged"
-    assert compare.fmt_change(changes["t"]).startswith(f"{changes['t'].factor:.3g}x [")
+    # "u" moved by less than its spread between runs: inside its 15% tolerance
+    assert changes["u"].verdict == "unchanged", changes["u"].why
+    assert 0.85 < changes["u"].interval[0] < changes["u"].interval[1] < 1.15
+    assert compare.fmt_change(changes["t"]).startswith(f"{judged:.3g}x [")
 
 
-def test_the_interval_is_the_factors_and_carries_the_spread_between_runs():
+def test_the_interval_is_the_judged_changes_and_carries_the_spread_between_runs():
     """ab's figures: each side's value is the median of its rounds' values, its samples the
     rounds' pooled. The rounds wander 10% from process to process while each round's samples
-    are tight, so the samples' interval alone would be narrow and could miss the factor; the
-    interval shown is the factor's, as wide as the rounds' spread makes it."""
+    are tight, so the samples' interval alone would be narrow; the interval shown is of the
+    change judged (the rounds' values), as wide as the rounds' spread makes it, and a figure
+    whose interval reaches from an improvement to a regression is inconclusive."""
     rng = np.random.default_rng(7)
     a_rounds, b_rounds = [1.0, 1.12, 0.93], [1.18, 1.02, 1.3]
     changes = []
@@ -117,11 +123,12 @@ def test_the_interval_is_the_factors_and_carries_the_spread_between_runs():
             for m, _ in changes}
     for c in compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps):
         lo, hi = c.interval
-        assert lo < c.factor < hi
+        assert lo < c.extra["judged_factor"] < hi
         assert hi / lo > 1.2  # the rounds' spread, not the samples'
         within_lo, within_hi = c.extra["interval_within_runs"]
         assert within_hi / within_lo < 1.2
-        assert lo < 1.0 and c.verdict == "unchanged"  # the interval says why
+        assert lo < 0.95 and hi > 1.05 and c.verdict == "inconclusive"  # the interval says why
+        assert "past the 5% tolerance" in c.why and "detectable change" in c.why
 
 
 def test_a_factor_of_values_that_are_not_the_samples_quantile_lies_in_its_interval():
@@ -160,10 +167,11 @@ def test_a_tail_shift_is_judged_on_the_tail():
     b = _run([_metric("p99", tail, q=0.99, kind="latency")])
     (c,) = compare.compare_runs(history[-1], b, history=history)
     assert c.verdict == "regression" and c.factor > 2
-    # the same calls' median barely moved: within the tolerance, no verdict on it
+    # the same calls' median barely moved; without a history its spread between runs is
+    # unknown, so no verdict either way
     (m,) = compare.compare_runs(_run([_metric("p50", base, kind="latency")]),
                                 _run([_metric("p50", tail, kind="latency")]))
-    assert m.verdict == "unchanged" and abs(m.factor - 1) < 0.05
+    assert m.verdict == "unverified" and abs(m.factor - 1) < 0.05
 
 
 def test_metrics_without_samples_are_unverified_never_regressions():
@@ -201,7 +209,8 @@ def test_the_spread_between_runs_absorbs_wandering_and_passes_a_step_outside_it(
     outside = _run([_metric("t", _samples(rng, 1.6, spread=0.01))])
     (c,) = compare.compare_runs(history[-1], within, history=history)
     assert c.pvalue < 1e-6  # within-run statistics alone would cry wolf
-    assert c.verdict == "unchanged" and c.extra["p_between"] > 0.05
+    # not flagged; nor unchanged: runs that wander 10% cannot show 12% inside a 15% tolerance
+    assert c.verdict == "inconclusive" and c.extra["p_between"] > 0.05
     assert c.band[0] < 1.12 < c.band[1] and c.detectable > 0.1
     (c,) = compare.compare_runs(history[-1], outside, history=history)
     assert c.verdict == "regression"
@@ -234,7 +243,9 @@ def _write(tmp_path: Path, name: str, run: dict) -> Path:
 
 
 def _compare(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([BIN / "release-bench", "compare", *map(str, args)],
+    # the conservative defaults: the verdicts must not depend on the committed calibration
+    return subprocess.run([BIN / "release-bench", "compare", *map(str, args),
+                           "--calibration", "none"],
                           capture_output=True, text=True, timeout=120)
 
 
@@ -266,7 +277,9 @@ def test_compare_takes_the_baselines_folder_as_history_and_prints_what_it_can_de
     assert out.returncode == 0, out.stdout + out.stderr
     assert "history: 4 runs; minimum detectable change" in out.stdout
     changes = json.loads((tmp_path / "c.json.out").read_text())
-    assert {c["verdict"] for c in changes} == {"unchanged"}
+    # nothing flagged; a 12% move against runs that wander 10% is not shown either way
+    assert {c["verdict"] for c in changes} == {"inconclusive"}
+    assert "0 regression, 0 improvement, 6 inconclusive" in out.stdout
     alone = _compare(base, cand, "--no-history")
     assert "the spread between runs is unknown" in alone.stdout
 
@@ -328,7 +341,7 @@ def test_in_ab_the_history_keeps_a_flipping_metric_from_looking_steady():
     history = [run(lv) for lv in (1.0, 1.5, 1.0, 1.5, 1.5, 1.0)]
     judged = {c.labels["i"]: c for c in compare.compare_runs(a, b, replicates=reps,
                                                              history=history)}
-    assert judged["flips"].verdict == "unchanged"
+    assert judged["flips"].verdict == "inconclusive", judged["flips"].why
 
 
 def _rounds(levels: list[float], rng, change: float = 1.0, members: int = 6) -> list[dict]:
@@ -353,10 +366,11 @@ def test_ab_judges_each_round_by_its_own_ratio():
     paired = compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps)
     assert {c.verdict for c in paired} == {"regression"}
     for c in paired:
-        assert c.interval[0] > 1.05 and c.interval[0] < c.factor < c.interval[1]
+        lo, hi = c.interval
+        assert lo > 1.05 and lo < c.extra["judged_factor"] < hi
     unpaired = {k: compare.RoundValues(r.baseline, r.candidate) for k, r in reps.items()}
     assert {c.verdict for c in compare.compare_runs(a, b, compare.AB_THRESHOLDS,
-                                                    replicates=unpaired)} == {"unchanged"}
+                                                    replicates=unpaired)} == {"inconclusive"}
 
 
 def _two_case_rounds(rng, small: list[float], spread: float = 0.1) -> list[dict]:
@@ -385,27 +399,37 @@ def _two_case_ab(seed: int, small_b: list[float]):
     reps = ab.round_values(a_rounds, b_rounds)
     a, b = ab.merge_runs(a_rounds), ab.merge_runs(b_rounds)
 
-    def verdicts(case: str) -> set[str]:
-        changes = compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps)
+    def verdicts(case: str, cal: calibration.Calibration | None = None) -> set[str]:
+        changes = compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps, cal=cal)
         return {c.verdict for c in changes if c.case.startswith(f"s/{case}[")}
     return verdicts
 
 
-def test_a_small_family_of_alike_figures_borrows_its_kinds_spread(monkeypatch):
+def _calibration(figures: dict | None = None, families: dict | None = None,
+                 factors: dict | None = None) -> calibration.Calibration:
+    """A calibration of MACHINE: figures' and families' spreads as given (none: each family
+    stands on its own spread, no floors)."""
+    return calibration.Calibration(MACHINE, figures or {}, families or {}, factors or {})
+
+
+def test_a_small_family_of_alike_figures_is_held_to_what_this_machine_was_calibrated_at():
     """An A/A: every figure's level is drawn per process (about +-10%). The small case's three
     figures move together, and its five B processes all drew slow (B/A 1.07-1.16, as the
     telemetry sampler's times did in a whole-profile A/A). Its own family's spread is as small
-    as each one's; the kind's says what a process's level does."""
+    as each one's. Without a calibration a family is held at least as wide as its whole kind;
+    with one, at least at what this machine's A/A measured for it; on its own spread alone
+    (a calibration that knows nothing of it) it cries wolf."""
     verdicts = _two_case_ab(14, [1.07, 1.14, 1.1, 1.07, 1.16])
-    assert verdicts("small") == {"unchanged"}
-    monkeypatch.setattr(compare, "SMALL_FAMILY", 0)  # each family on its own spread
-    assert verdicts("small") == {"regression"}
+    assert verdicts("small") == {"inconclusive"}
+    assert verdicts("small", _calibration()) == {"regression"}
+    calibrated = _calibration(families={("s/small", "time"): calibration.Spread(0.02, 40)})
+    assert verdicts("small", calibrated) == {"inconclusive"}
 
 
 def test_a_small_family_still_flags_a_change_past_its_kinds_spread():
     verdicts = _two_case_ab(15, [1.5, 1.45, 1.55, 1.5, 1.52])
     assert verdicts("small") == {"regression"}
-    assert verdicts("c") == {"unchanged"}
+    assert verdicts("c") == {"inconclusive"}  # +-10% per process: 5 rounds cannot show 5%
 
 
 def test_ab_pairs_rounds_by_round_when_one_is_left_out():
@@ -450,16 +474,18 @@ def test_ab_runs_each_benchmark_case_in_a_process_of_its_own():
 
 
 def test_a_benchmark_whose_level_is_drawn_per_process_gets_more_rounds():
-    # its suite declares it (rounds_factor): ab and matrix run its further rounds after the
-    # others' rounds, in the same alternation, and the record says how many it had
+    # this machine's calibration says which (its rounds factors): ab and matrix run its
+    # further rounds after the others' rounds, in the same alternation, and the record says
+    # how many it had; without a calibration every benchmark has the comparison's rounds
     from harness import ab, matrix
 
-    units = ab.groups(["rpc", "ddp_rpc"], case_filter="t")
-    factors = {g.name: g.rounds_factor for g in units}
+    cal = _calibration(factors={"rpc.round_trip": 4, "ddp_rpc.step_time": 3})
+    factors = {g.name: g.rounds_factor for g in ab.groups(["rpc", "ddp_rpc"], "t", cal=cal)}
     assert factors["rpc.round_trip"] == 4 and factors["ddp_rpc.step_time"] == 3
     assert factors["rpc.batched_update"] == 1 and factors["rpc"] == 1
+    assert {g.rounds_factor for g in ab.groups(["rpc", "ddp_rpc"], "t")} == {1}
     more, once = ab.Group("rpc", ("round_trip",), True, 2), ab.Group("amp", ("gemm_ladder",), True)
-    plan = ab.session([more, once], 2)
+    plan = ab.plan_rounds([more, once], 2)
     assert [(s, side) for s, _, side in plan] == [
         ("rpc.round_trip", "A"), ("rpc.round_trip", "B"), ("amp.gemm_ladder", "A"),
         ("amp.gemm_ladder", "B"), ("rpc.round_trip", "B"), ("rpc.round_trip", "A"),
@@ -477,37 +503,42 @@ def test_a_benchmark_whose_level_is_drawn_per_process_gets_more_rounds():
         (1, "rpc.round_trip", 1), (1, "rpc.round_trip", 2), (1, "rpc.round_trip", 0)]
 
 
-def _judged(case: str, detectable: list[float | None]) -> list[compare.Change]:
-    """A benchmark's judged figures with these minimum detectable changes (None: too noisy
-    for any change to be told from noise)."""
+def _judged(case: str, to_decide: list[int | None], verdict: str = "inconclusive"
+            ) -> list[compare.Change]:
+    """A benchmark's judged figures, each needing these rounds in all to be decided (None: no
+    number of rounds decides it)."""
     return [compare.Change(f"{case}[cpu default]", "t", {"i": i}, "s", "time", 1.0, 1.0, 1.0,
-                           None, 0.5, adjusted=0.5, detectable=d, extra={"se_log": 0.1})
-            for i, d in enumerate(detectable)]
+                           None, 0.5, adjusted=0.5, verdict=verdict, rounds_to_decide=n,
+                           extra={"se_log": 0.1})
+            for i, n in enumerate(to_decide)]
 
 
-def test_a_benchmark_too_noisy_for_the_precision_gets_the_rounds_its_spread_needs():
+def test_the_further_rounds_go_to_the_benchmarks_with_inconclusive_figures():
     from harness import ab
 
     units = [ab.Group("amp", ("grad_scaler",)), ab.Group("amp", ("gemm_ladder",), True),
              ab.Group("amp", ("train_step",), True), ab.Group("rpc", ("round_trip",), True, 4),
              ab.Group("telemetry", ("sampling_overhead",), True)]
-    changes = [*_judged("amp/gemm_ladder", [0.12, 0.13, 0.11]),  # median 12%
-               *_judged("amp/train_step", [0.3, None, 0.2]),  # one too noisy to call
-               *_judged("rpc/round_trip", [0.2, 0.3]),
-               *_judged("telemetry/sampling_overhead", [0.05, 0.2, 0.08])]  # median 8%
-    # the change shrinks with the square root of the rounds: 5 (log 1.12 / log 1.1)^2 = 7.07
-    assert ab.rounds_for_precision(changes, units, 5, 0.10, 10) == {
+    changes = [*_judged("amp/gemm_ladder", [7, 8, 6]),
+               *_judged("amp/train_step", [12, None]),  # one no number of rounds decides
+               *_judged("rpc/round_trip", [30, 70]),
+               *_judged("telemetry/sampling_overhead", [9, 40], verdict="unchanged")]
+    done = {u.name: u.rounds_of(5) for u in units}
+    # the most any of its inconclusive figures needs, at most the cap (times its factor)
+    assert ab.rounds_to_decide(changes, units, done, 10) == {
         "amp.gemm_ladder": 8, "amp.train_step": 10, "rpc.round_trip": 40}
-    # nothing further where the cap is what the session already had, or the precision is met
-    assert ab.rounds_for_precision(changes, units, 5, 0.10, 5) == {}
-    assert ab.rounds_for_precision(changes, units, 5, 0.35, 10) == {}
+    # nothing further where the cap is what the comparison already had, or all are decided
+    assert ab.rounds_to_decide(changes, units, done, 5) == {}
+    decided = [*_judged("amp/gemm_ladder", [7], verdict="regression")]
+    assert ab.rounds_to_decide(decided, units, done, 10) == {}
 
 
-def test_ab_runs_the_further_rounds_a_noisy_benchmark_needs_in_the_same_alternation(
+def test_ab_runs_the_further_rounds_an_inconclusive_benchmark_needs_in_the_same_alternation(
         tmp_path, monkeypatch):
-    """A fake ab of two benchmarks whose level is drawn per process: "noisy" by +-15% (a GEMM
-    in a noisy session), "quiet" by +-0.5%. Only the noisy one gets further rounds, after
-    everyone's first rounds, continuing its A B B A schedule; its verdicts use them all."""
+    """A fake A/A of two benchmarks whose level is drawn per process: "noisy" by +-15% (a
+    GEMM in a noisy hour), "quiet" by +-0.5%. The quiet one is shown unchanged in its 5
+    rounds; the noisy one is inconclusive and gets further rounds, after everyone's first
+    rounds, continuing its A B B A schedule, up to the cap; its verdicts use them all."""
     from harness import ab
 
     rng = np.random.default_rng(21)
@@ -526,18 +557,22 @@ def test_ab_runs_the_further_rounds_a_noisy_benchmark_needs_in_the_same_alternat
     monkeypatch.setattr(ab, "torch_version", lambda python: "2.x")
     units = [ab.Group("s", ("noisy",), True), ab.Group("s", ("quiet",), True)]
     said = []
-    res = ab.ab("a", "b", units, [], 5, tmp_path, said.append, max_rounds=10)
+    res = ab.ab("a", "b", units, [], 5, tmp_path, said.append, max_rounds=10,
+                cal=_calibration())
     meta = json.loads((res["dir"] / "ab.json").read_text())
-    assert meta["more_rounds"] == {"s.noisy": 10} and meta["precision"]["target"] == 0.10
-    assert any(line.startswith("further rounds for a precision of 10%: s.noisy 10")
-               for line in said)
+    assert meta["more_rounds"] == {"s.noisy": 10}
+    assert meta["max_rounds"] == {"cap": 10, "stages": [{"s.noisy": 10}]}
+    assert "further rounds for the inconclusive figures: s.noisy 10" in said
     folders = sorted(f.name for f in (res["dir"] / "rounds").iterdir())
     assert len([f for f in folders if f.startswith("s.quiet-")]) == 10
     noisy = [f.split("-")[1:] for f in folders if f.startswith("s.noisy-")]
     assert [(int(i), side) for i, side in noisy] == list(enumerate(ab.schedule(10)))
     assert {e["case"]: e["details"]["rounds"] for e in res["B"]["results"]} == {
         "noisy": 10, "quiet": 5}
-    assert {c.verdict for c in res["changes"]} == {"unchanged"}  # an A/A all the same
+    verdicts = {c.case.split("[")[0]: set() for c in res["changes"]}
+    for c in res["changes"]:
+        verdicts[c.case.split("[")[0]].add(c.verdict)
+    assert verdicts == {"s/quiet": {"unchanged"}, "s/noisy": {"inconclusive"}}  # an A/A
     # without --max-rounds, nothing further
     again = ab.ab("a", "b", units, [], 5, tmp_path / "plain", said.append)
     assert json.loads((again["dir"] / "ab.json").read_text())["more_rounds"] == {}
@@ -581,7 +616,7 @@ def test_ab_pairs_a_cases_rounds_by_its_own_runs_whatever_else_a_process_ran():
 def test_ab_goes_round_by_round_so_one_sides_rounds_of_a_suite_are_never_back_to_back():
     from harness import ab
 
-    plan = ab.session([ab.Group("amp", ("a",)), ab.Group("rpc", ("b",))], 3)
+    plan = ab.plan_rounds([ab.Group("amp", ("a",)), ab.Group("rpc", ("b",))], 3)
     assert [(s, side) for s, _, side in plan] == [
         ("amp", "A"), ("amp", "B"), ("rpc", "A"), ("rpc", "B"),
         ("amp", "B"), ("amp", "A"), ("rpc", "B"), ("rpc", "A"),
@@ -603,9 +638,10 @@ def _rate_run(aborted: int, trials: int) -> dict:
 
 
 def test_a_case_failing_on_a_rate_is_judged_by_the_rate_not_the_outcome_flip():
-    # 1 abort in 20 against none: a flip of the outcome, not a change anyone can tell
+    # 1 abort in 20 against none: a flip of the outcome, not a change anyone can tell (nor
+    # one anyone can rule out: a rate's tolerance is 0)
     (c,) = compare.compare_runs(_rate_run(0, 20), _rate_run(1, 20))
-    assert c.kind == "rate" and c.verdict == "unchanged", c.why
+    assert c.kind == "rate" and c.verdict == "inconclusive", c.why
     # 12 in 20 against none: a regression, with no history needed (one trial, one process)
     (c,) = compare.compare_runs(_rate_run(0, 20), _rate_run(12, 20))
     assert c.verdict == "regression" and c.adjusted < 0.05, c.why
@@ -658,14 +694,25 @@ def _latency_rounds(rng, rounds: int, change: float = 1.0, session_sd: float = 0
     return out
 
 
-def _steady(a_rounds: list[dict], b_rounds: list[dict], keep_sessions: bool = True):
+STEADY = ("s/c[cpu default]", ("p50", repr(sorted({"path": "steady"}.items()))))
+
+
+def _trusting_steady() -> calibration.Calibration:
+    """A calibration whose A/A found the steady figure's rounds as its sessions predict (its
+    level not drawn per process), with no floor to speak of."""
+    return _calibration(figures={STEADY: calibration.Spread(1e-6, 100, per_process=False)})
+
+
+def _steady(a_rounds: list[dict], b_rounds: list[dict], keep_sessions: bool = True,
+            cal: calibration.Calibration | None = None):
     from harness import ab
 
     reps = ab.round_values(a_rounds, b_rounds)
     if not keep_sessions:
         reps = {k: r._replace(within=None) for k, r in reps.items()}
     changes = compare.compare_runs(ab.merge_runs(a_rounds), ab.merge_runs(b_rounds),
-                                   compare.AB_THRESHOLDS, replicates=reps)
+                                   compare.AB_THRESHOLDS, replicates=reps,
+                                   cal=_trusting_steady() if cal is None else cal)
     return next(c for c in changes if c.labels["path"] == "steady"), changes
 
 
@@ -681,8 +728,8 @@ def test_a_figure_measured_in_sessions_is_judged_by_its_own_spread_not_its_famil
     judged = steady.extra["judged_factor"]
     assert steady.interval[0] < judged < steady.interval[1]
     assert f"judged on its sessions' geometric mean, {judged:.3g}x" in steady.why
-    assert compare.counts(changes)["regression"] == 1  # the floors, unchanged, stay unflagged
-    assert _steady(a_rounds, b_rounds, keep_sessions=False)[0].verdict == "unchanged"
+    assert compare.counts(changes)["regression"] == 1  # the floors stay unflagged
+    assert _steady(a_rounds, b_rounds, keep_sessions=False)[0].verdict == "inconclusive"
 
 
 def test_a_figure_judged_on_its_sessions_is_held_to_its_tolerance_on_them_too():
@@ -700,15 +747,18 @@ def test_a_figure_judged_on_its_sessions_is_held_to_its_tolerance_on_them_too():
     (pb,) = [m for m in b["results"][0]["metrics"] if m["labels"]["path"] == "steady"]
     pb["value"] = pa["value"] * 1.08
     changes = compare.compare_runs(a, b, compare.AB_THRESHOLDS,
-                                   replicates=ab.round_values(a_rounds, b_rounds))
+                                   replicates=ab.round_values(a_rounds, b_rounds),
+                                   cal=_trusting_steady())
     steady = next(c for c in changes if c.labels["path"] == "steady")
     assert steady.factor > 1.07 and 1.01 < steady.extra["judged_factor"] < 1.05
     assert steady.adjusted < 0.05  # significant on its sessions
     assert steady.verdict == "unchanged" and steady.beyond == 0, steady.why
+    assert "significant" in steady.why and "inside the 5% tolerance" in steady.why
     # a change past the tolerance on its sessions is flagged: the check is not a no-op
     b_rounds = _latency_rounds(rng, 5, change=1.12, session_sd=0.01)
     changes = compare.compare_runs(a, ab.merge_runs(b_rounds), compare.AB_THRESHOLDS,
-                                   replicates=ab.round_values(a_rounds, b_rounds))
+                                   replicates=ab.round_values(a_rounds, b_rounds),
+                                   cal=_trusting_steady())
     assert next(c for c in changes if c.labels["path"] == "steady").verdict == "regression"
 
 
@@ -727,10 +777,11 @@ def test_sessions_that_understate_the_spread_between_processes_are_not_trusted()
     assert compare.counts(changes)["regression"] == compare.counts(changes)["improvement"] == 0
 
 
-def test_with_fewer_than_five_rounds_a_figures_sessions_are_not_trusted():
-    """Three rounds cannot show a level drawn per process that the sessions miss (the F-test
-    would have two degrees of freedom): the figure is judged by its family, as before
-    sessions, whatever its sessions say."""
+def test_without_a_calibration_a_figures_sessions_are_not_trusted_alone():
+    """Whether a figure's sessions predict its rounds is this machine's to say (a level drawn
+    per process that the sessions miss shows in a long A/A, not in three rounds): without a
+    calibration that found so, the figure is judged by its family, held at least at its
+    sessions' spread, whatever its sessions say alone."""
     from harness import ab
 
     rng = np.random.default_rng(21)
@@ -738,10 +789,10 @@ def test_with_fewer_than_five_rounds_a_figures_sessions_are_not_trusted():
     rep = next(r for k, r in ab.round_values(a_rounds, b_rounds).items()
                if "steady" in k[1][1])
     assert rep.within is not None and not compare._rounds_exceed(*rep[:2], rep.within)
-    with_sessions = _steady(a_rounds, b_rounds)[0]
-    without = _steady(a_rounds, b_rounds, keep_sessions=False)[0]
-    assert with_sessions.extra["se_log"] == without.extra["se_log"]
-    assert with_sessions.verdict == without.verdict
+    trusted = _steady(a_rounds, b_rounds)[0]
+    conservative = _steady(a_rounds, b_rounds, cal=_calibration())[0]
+    assert conservative.extra["se_log"] > 2 * trusted.extra["se_log"]
+    assert trusted.verdict == "regression" and conservative.verdict == "inconclusive"
 
 
 def _session_metric(rng, sessions: list[float], q: float = 0.9, calls: int = 40,
@@ -809,7 +860,7 @@ def test_the_history_of_a_figure_measured_in_sessions_spreads_at_least_as_its_se
     changes = {c.labels["path"]: c for c in compare.compare_runs(history[-1], cand,
                                                                  history=history)}
     gloo = changes["gloo"]
-    assert gloo.factor < 0.1 and gloo.verdict == "unchanged"
+    assert gloo.factor < 0.1 and gloo.verdict == "inconclusive"
     assert all(changes[f"tp{i}"].verdict == "regression" for i in range(4))
 
     def without_sessions(r: dict) -> dict:
@@ -821,3 +872,83 @@ def test_the_history_of_a_figure_measured_in_sessions_spreads_at_least_as_its_se
     bare = [without_sessions(r) for r in history]
     (gloo_bare, *_) = compare.compare_runs(bare[-1], without_sessions(cand), history=bare)
     assert gloo_bare.verdict == "improvement"
+
+
+def _paired_family(rng, change: float, sd: float, rounds: int, members: int = 6):
+    """ab's merged sides and rounds of a family of figures whose round-to-round B/A ratio
+    wanders by `sd` (log), B slower by `change`."""
+    from harness import ab
+
+    levels = list(rng.lognormal(0, 0.1, rounds))
+    a_rounds = _rounds(levels, rng, members=members)
+    b_rounds = [_run([_metric("t", _samples(rng, lv * change * rng.lognormal(0, sd), n=20,
+                                            spread=0.005), labels={"i": i})
+                      for i in range(members)]) for lv in levels]
+    return ab.merge_runs(a_rounds), ab.merge_runs(b_rounds), ab.round_values(a_rounds, b_rounds)
+
+
+def test_unchanged_only_where_the_interval_lies_inside_the_tolerance():
+    """The four verdicts are read off one 95% interval: a slowdown of about 10% whose interval
+    reaches from no change to 24% is inconclusive, never unchanged, and says what would decide
+    it; the same family measured tightly is a regression; no change measured tightly is
+    unchanged; every verdict agrees with its interval."""
+    rng = np.random.default_rng(40)
+    cal = _calibration()
+    a, b, reps = _paired_family(rng, 1.10, 0.09, 5)
+    noisy = compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps, cal=cal)
+    assert "unchanged" not in {c.verdict for c in noisy}
+    for c in noisy:
+        if c.verdict == "inconclusive":
+            assert "detectable change" in c.why and c.rounds_to_decide > 5, c.why
+            assert f"about {c.rounds_to_decide} rounds would decide it" in c.why
+    a, b, reps = _paired_family(rng, 1.10, 0.01, 5)
+    tight = compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps, cal=cal)
+    assert {c.verdict for c in tight} == {"regression"}
+    a, b, reps = _paired_family(rng, 1.0, 0.01, 5)
+    same = compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps, cal=cal)
+    assert {c.verdict for c in same} == {"unchanged"}
+    for c in [*noisy, *tight, *same]:
+        lo, hi = c.interval
+        if c.verdict == "unchanged":
+            assert 0.95 < lo and hi < 1.05, c
+        if c.verdict == "regression":
+            assert lo > 1.0 and c.extra["judged_factor"] > 1.05, c
+        if c.verdict == "unchanged" and (lo > 1 or hi < 1):
+            assert "significant" in c.why  # the row says why an interval excluding 1 is fine
+
+
+def test_a_small_significant_change_inside_the_tolerance_is_unchanged_and_says_so():
+    rng = np.random.default_rng(41)
+    a, b, reps = _paired_family(rng, 1.02, 0.005, 6)
+    changes = compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps,
+                                   cal=_calibration())
+    for c in changes:
+        assert c.verdict == "unchanged" and c.interval[0] > 1.0, c.why
+        assert c.why.startswith("significant (adjusted p") and "inside the 5% tolerance" in c.why
+
+
+def test_the_correction_can_only_hold_a_verdict_back_and_the_row_says_so():
+    """One figure of many: alone its interval would show it inside the tolerance; corrected
+    for 40 figures whose equivalence nobody showed, it is inconclusive, and the row says
+    that the correction is why."""
+    c = compare.Change("s/c[cpu default]", "t", {}, "s", "time", 1.0, 1.0, 1.0, None, 0.5,
+                       better="lower", allowed=0.05)
+    c.interval = [0.97, 1.03]
+    compare._verdict(c, p=0.8, q=0.2, alpha=0.05, spread_known=True, tested=40)
+    assert c.verdict == "inconclusive"
+    assert "inside the 5% tolerance, but not after the correction over 40" in c.why
+    compare._verdict(c, p=0.8, q=0.01, alpha=0.05, spread_known=True, tested=40)
+    assert c.verdict == "unchanged"
+
+
+def test_the_equivalence_test_agrees_with_the_interval():
+    band = (math.log(0.95), math.log(1.05))
+    t = stats.t_quantile(0.975, 8)
+    for centre, se in [(0.0, 0.01), (0.03, 0.01), (0.0, 0.03), (0.04, 0.005), (-0.02, 0.02)]:
+        inside = band[0] < centre - t * se and centre + t * se < band[1]
+        assert (compare._equivalence_p(centre, se, 8, band) < 0.05) == inside
+
+
+def test_counts_name_all_five_verdicts():
+    assert set(compare.counts([])) >= {"regression", "improvement", "inconclusive",
+                                       "unchanged", "unverified"}

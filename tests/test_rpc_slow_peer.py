@@ -19,7 +19,7 @@ import pytest
 import torch.distributed as dist
 
 from harness import launch
-from suites.rpc.session import GroupSpec, joined
+from suites.rpc.caller import GroupSpec, joined
 
 
 def leave_then_use_the_store(rank: int, world: int) -> dict | None:

@@ -295,13 +295,8 @@ def faults(ctx: Context) -> None:
             {"rank": f.rank, "kind": f.kind, "message": f.message[:300]} for f in error.failures]
 
 
-# rounds_factor: the step's level drifts and jumps between processes here (one round in five
-# of a planted ab ran 1.6x), so ab gives it three times the rounds (see harness.cases.Case):
-# with 10 rounds a planted ab caught 2 of its 6 phases and figures that the plant moves, and
-# stored rounds of two sessions judged as 15 caught all 6 (a fresh ab with 15, in a session
-# far noisier than those, none)
 @suite.benchmark(params={"quick": [{"ddp": "inside"}], "full": [{"ddp": m} for m in MODES]},
-                 needs=("distributed",), rounds_factor=3)
+                 needs=("distributed",))
 def step_time(ctx: Context) -> None:
     """Hybrid step time and its phases, beside an equivalent local step, a bare RPC and a
     bare allreduce."""

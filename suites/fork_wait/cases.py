@@ -64,9 +64,7 @@ def serial_tasks(device: str, tasks: int, size: int = TASK_SIZE, steps: int = TA
     return _chains(scripted.serial, tasks, size, steps)
 
 
-@suite.conformance(params=clean_exit_programs.PARAMS, devices=("cpu",),
-                   known_issue="pytorch/pytorch#38228: a thread that takes the GIL during "
-                               "interpreter shutdown ends in 'terminate called' (SIGABRT)")
+@suite.conformance(params=clean_exit_programs.PARAMS, devices=("cpu",))
 def clean_exit(ctx: Context) -> None:
     """The release notes' example and two forked matmul chains each end their process cleanly,
     in N fresh processes (torch 2.14 aborts at exit in some: "terminate called")."""

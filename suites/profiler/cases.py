@@ -471,8 +471,9 @@ def overhead(ctx: Context) -> None:
     ctx.table("overhead", rows, show=True)
     ctx.details["step"] = {"model": "resnet18", "batch": p["batch"], "image": p["image"],
                            "threads": torch.get_num_threads(), "profiler": "torch.profiler"}
-    ctx.note("each profiled call is one whole profiler session around one step (start, "
-             "record, collect at exit); parsing the results (events(), tables) is not timed")
+    ctx.note("each profiled call is one whole torch.profiler.profile context around one step "
+             "(start, record, collect at exit); parsing the results (events(), tables) is not "
+             "timed")
 
 
 @suite.conformance(params=clean_exit_programs.PARAMS)

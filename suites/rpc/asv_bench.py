@@ -2,9 +2,9 @@
 batched_update cases' percentiles and ratios.
 
 The time_* benchmarks call from the asv process to a peer that the first workload starts
-through the launcher (session.LocalPeer). The peer lives as long as the process: asv calls
+through the launcher (caller.LocalPeer). The peer lives as long as the process: asv calls
 setup and teardown around every sample, and a peer restarted each time would leave asv
-waiting on start-ups rather than timing round trips (the session closes it at exit).
+waiting on start-ups rather than timing round trips (the process closes it at exit).
 """
 
 from harness import asv_adapter as asv

@@ -30,7 +30,7 @@ from harness import clean_exit as clean_exit_programs
 from harness import launch
 from harness.cases import Context, Suite
 from suites.rpc import measure, paths, workers
-from suites.rpc.session import GroupSpec
+from suites.rpc.caller import GroupSpec
 
 suite = Suite(
     "rpc",
@@ -271,13 +271,7 @@ def _forced_spec(device: str, transport: str) -> GroupSpec:
                      channels=("basic",) if cpu else None)
 
 
-# rounds_factor: the forced launches' level is drawn per process (their sessions do not see
-# it), so ab needs more processes than elsewhere to tell +100 us per call from noise: with
-# 5 rounds an ab caught 33 of the 47 figures a planted +100 us moved, with 10 39 of 46; stored
-# rounds of quiet sessions judged as 20 missed only the forced-uv launch's p99 at 4 B (a fresh
-# ab with 20 in a noisy session missed 21 of 48)
-@suite.benchmark(devices=DEVICES, needs=("distributed",), options=("sizes", "min_samples"),
-                 rounds_factor=4)
+@suite.benchmark(devices=DEVICES, needs=("distributed",), options=("sizes", "min_samples"))
 def round_trip(ctx: Context) -> None:
     """Round-trip p50/p90/p99 over a payload sweep: TensorPipe (builtin, Python, shm, uv),
     Gloo send/recv and the TCP floor, each over the floor; rpc_async in flight; bare loop.

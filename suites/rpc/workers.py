@@ -21,8 +21,8 @@ import torch.distributed as dist
 from torch.distributed import rpc
 
 from harness import launch, timing
-from suites.rpc import measure, paths, remote, session
-from suites.rpc.session import PEER, GroupSpec, joined, worker_name
+from suites.rpc import caller, measure, paths, remote
+from suites.rpc.caller import PEER, GroupSpec, joined, worker_name
 
 # --- latency sweep -------------------------------------------------------------------------
 
@@ -72,8 +72,8 @@ def round_trip(rank: int, world: int, spec: GroupSpec, path_names: list[str],
     for k in range(plan.sessions):
         with joined(rank, world, spec, session=k):
             if rank != 0:
-                continue  # serve this session until rank 0 leaves it
-            with session.client(spec.device) as s:
+                continue  # serve until rank 0 leaves the group
+            with caller.client(spec.device) as s:
                 for nbytes in sizes:
                     samplers = {p: SAMPLERS[p](spec.device, nbytes) for p in path_names}
                     for p, got in measure.sample_interleaved(samplers, plan, seed=k).items():
@@ -89,7 +89,7 @@ def round_trip(rank: int, world: int, spec: GroupSpec, path_names: list[str],
                         for name, timed in t.items():
                             flight[nbytes][name].append(list(timed.times))
                     s.release()
-                sockets = session.transports_seen()
+                sockets = caller.transports_seen()
     if rank != 0:
         return None
     out: dict[str, Any] = {"sizes": {}, "sockets": sockets}
@@ -356,7 +356,7 @@ def batched_update(rank: int, world: int, spec: GroupSpec, requests: int,
     with joined(rank, world, mine):
         if rank != 0:
             return None
-        with session.client(spec.device):
+        with caller.client(spec.device):
             fns = {
                 "async_execution": paths.batched_update(spec.device, "async", requests,
                                                         worker_name(1)),

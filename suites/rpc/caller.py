@@ -1,7 +1,7 @@
-"""Joining an RPC group, and a session: this process as `worker0` calling a peer `worker1`.
+"""Joining an RPC group, and a caller: this process as `worker0` calling a peer `worker1`.
 
 Every worker of every case joins through `joined()`, which owns init and shutdown. The timed
-statements (the workloads in cases.py) run in a `Session`: inside a launched benchmark worker
+statements (the workloads in cases.py) run in a `Caller`: inside a launched benchmark worker
 it is opened by the case (`client()`); in a process that only wants to time them (asv,
 pytest-benchmark) `current()` starts a peer through the harness launcher and joins it from
 this process (`LocalPeer`), closed by `close_local()` or at exit.
@@ -126,7 +126,7 @@ class TcpPingPong:
 
 
 @dataclass
-class Session:
+class Caller:
     """This process as worker0 of a group whose worker1 serves; owns the open paths."""
 
     device: str
@@ -172,16 +172,16 @@ class Session:
         self.gloo = None
 
 
-_current: Session | None = None
+_current: Caller | None = None
 
 
 @contextlib.contextmanager
-def client(device: str) -> Iterator[Session]:
-    """Make this process (already worker0 of a joined group) the current session."""
+def client(device: str) -> Iterator[Caller]:
+    """Make this process (already worker0 of a joined group) the current caller."""
     global _current
     if _current is not None:
-        raise RuntimeError("a session is already open in this process")
-    _current = Session(device)
+        raise RuntimeError("a caller is already open in this process")
+    _current = Caller(device)
     try:
         yield _current
         _current.release()
@@ -189,17 +189,17 @@ def client(device: str) -> Iterator[Session]:
         _current = None
 
 
-def current(device: str) -> Session:
-    """The open session for `device`; in a process with no RPC yet, a `LocalPeer` one."""
+def current(device: str) -> Caller:
+    """The open caller for `device`; in a process with no RPC yet, a `LocalPeer` one."""
     global _local
     if _current is not None and _current.device == device:
         return _current
-    if _local is not None:  # a local session for another device: device maps differ
+    if _local is not None:  # a local caller for another device: device maps differ
         close_local()
     if _current is not None or rpc.api._is_current_rpc_agent_set():
-        raise RuntimeError(f"this process is in an RPC group without a {device} session")
+        raise RuntimeError(f"this process is in an RPC group without a {device} caller")
     _local = LocalPeer(device)
-    return _local.session
+    return _local.caller
 
 
 # --- a peer for this process -----------------------------------------------------------------
@@ -238,7 +238,7 @@ class LocalPeer:
         self.stack = contextlib.ExitStack()
         try:
             self.stack.enter_context(joined(0, 2, self.spec))
-            self.session = self.stack.enter_context(client(device))
+            self.caller = self.stack.enter_context(client(device))
         except BaseException:
             self.stack.close()
             raise

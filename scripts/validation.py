@@ -1,0 +1,175 @@
+"""The validation experiments: one small JSON row each in results/validation/, and
+docs/validation.md rendered from them.
+
+    python scripts/validation.py record AB_DIR --name NAME --planted SPEC|A/A \
+        [--affected REGEX] [--command TEXT] [--note TEXT]
+    python scripts/validation.py render
+
+`record` reads a stored `ab` (or `calibrate`) folder (its ab.json, comparison.json, merged
+runs and rounds) and writes `results/validation/<date>-<NAME>.json`: the date, commit and
+machine it ran on, what was planted, how many figures were judged, how many of the figures
+the plant affects (those whose `suite/case metric[labels]` matches REGEX) were flagged as
+regressions and how many called unchanged, how many others were flagged (false flags), the
+counts of unchanged and inconclusive figures, the median detectable change and the wall
+time. `render` writes docs/validation.md from every row, oldest first; a test checks that
+the committed page is what `render` makes, so a new experiment is a new row, not new prose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ROWS = ROOT / "results" / "validation"
+PAGE = ROOT / "docs" / "validation.md"
+sys.path.insert(0, str(ROOT))
+
+from harness import records  # noqa: E402
+from harness.cases import metric_id  # noqa: E402
+
+COLUMNS = [  # (field, heading)
+    ("date", "date"), ("commit", "commit"), ("machine", "machine"),
+    ("experiment", "experiment"), ("design", "design"), ("judged", "judged"),
+    ("affected", "affected"), ("caught", "caught"), ("affected_unchanged", "affected unchanged"),
+    ("false_flags", "false flags"), ("unchanged", "unchanged"),
+    ("inconclusive", "inconclusive"), ("detectable_median", "detectable (median)"),
+    ("wall_minutes", "wall"), ("command", "command"),
+]
+
+
+def _wall_minutes(base: Path) -> float | None:
+    """From the first round's start to the last round's end."""
+    times = []
+    for path in (base / "rounds").rglob("*.json"):
+        try:
+            run = records.read_run(path)
+        except records.RecordError:
+            continue
+        times += [run["started"], run["finished"] or run["started"]]
+    if not times:
+        return None
+    parsed = sorted(datetime.fromisoformat(t) for t in times)
+    return round((parsed[-1] - parsed[0]).total_seconds() / 60, 1)
+
+
+def row_from_ab(base: Path, name: str, planted: str, affected: str | None,
+                command: str | None, note: str | None) -> dict:
+    meta = json.loads((base / "ab.json").read_text())
+    comparison = json.loads((base / "comparison.json").read_text())
+    side = records.read_run(base / "A.json")
+    machine = side["machine"]
+    pattern = re.compile(affected) if affected else None
+    changes = comparison["changes"]
+
+    def label(c: dict) -> str:
+        return f"{c['case'].split('[')[0]} {metric_id(c['metric'], c['labels'])}"
+
+    hit = [c for c in changes if pattern and pattern.search(label(c))]
+    flagged = [c for c in changes if c["verdict"] in ("regression", "improvement")]
+    detectable = [c["detectable"] for c in changes if c.get("detectable") is not None]
+    more = meta.get("more_rounds") or {}
+    design = f"ab, {meta['rounds']} rounds" + ("".join(
+        f", {n} for {u}" for u, n in sorted(more.items())) if more else "")
+    if cap := (meta.get("max_rounds") or {}).get("cap"):
+        design += f", --max-rounds {cap}"
+    return {
+        "name": name, "date": side["started"][:10],
+        "commit": ((machine.get("project") or {}).get("commit") or "")[:7],
+        "machine": machine.get("name"), "experiment": planted,
+        "command": command or records.scrub_paths(meta.get("command") or ""), "design": design,
+        "judged": sum(1 for c in changes if c.get("adjusted") is not None),
+        "affected": len(hit) if pattern else 0,
+        "caught": sum(c["verdict"] == "regression" for c in hit) if pattern else 0,
+        "affected_unchanged": sum(c["verdict"] == "unchanged" for c in hit) if pattern else 0,
+        "false_flags": sum(1 for c in flagged if c not in hit),
+        "unchanged": comparison["counts"].get("unchanged"),
+        "inconclusive": comparison["counts"].get("inconclusive"),
+        "detectable_median": round(statistics.median(detectable), 4) if detectable else None,
+        "wall_minutes": _wall_minutes(base),
+        "source": f"ab folder {base.name}", "note": note or "",
+    }
+
+
+def _cell(field: str, value) -> str:
+    if value is None or value == "":
+        return "—"
+    if field == "detectable_median":
+        return f"{100 * value:.1f}%"
+    if field == "wall_minutes":
+        return f"{value:g} min"
+    if field == "command":
+        return f"`{value}`"
+    return str(value).replace("|", "\\|")
+
+
+def render(rows: list[dict]) -> str:
+    rows = sorted(rows, key=lambda r: (r["date"], r["name"]))
+    lines = [
+        "# Validation experiments",
+        "",
+        "What the method of [method.md](method.md) caught and missed on real machines: one row",
+        "per experiment, generated by `python scripts/validation.py render` from the rows in",
+        "`results/validation/` (`python scripts/validation.py record AB_DIR ...` adds one from",
+        "a stored `ab` folder). **experiment**: what was planted (`tests/planted/wrap.py`:",
+        "`matmul=F` makes linear, conv and matmul F slower, `rpc_us=N` every RPC call N us",
+        "longer), or A/A",
+        "(the same environment on both sides). **judged**: figures tested; **affected**: figures",
+        "the plant moves past the tolerance; **caught**: of those, flagged as regressions;",
+        "**affected unchanged**: of those, called unchanged (a broken promise); **false flags**:",
+        "regressions or improvements among the others; **unchanged** / **inconclusive**: counts",
+        "of those verdicts (rows dated before 2026-12-03 predate them: every figure not flagged",
+        "was then called unchanged); **detectable**: the median detectable change; **wall**: the",
+        "experiment's wall time. For rows without an `ab` folder, **commit** is the commit that",
+        "first reported the figures. `—`: not recorded.",
+        "",
+        "| " + " | ".join(h for _, h in COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    for r in rows:
+        lines.append("| " + " | ".join(_cell(f, r.get(f)) for f, _ in COLUMNS) + " |")
+    lines += ["", "## Notes", ""]
+    for r in rows:
+        if r.get("note"):
+            lines.append(f"- **{r['date']}, {r['commit']}, {r['experiment']}, {r['design']}**: "
+                         f"{r['note']}.")
+    return "\n".join(lines) + "\n"
+
+
+def load_rows(root: Path = ROWS) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(root.glob("*.json"))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record", help="add a row from a stored ab folder")
+    rec.add_argument("ab_dir")
+    rec.add_argument("--name", required=True)
+    rec.add_argument("--planted", required=True, help="the plant's spec, or A/A")
+    rec.add_argument("--affected", help="regex on 'suite/case metric[labels]' of the figures "
+                                        "the plant moves past the tolerance")
+    rec.add_argument("--command", help="the command that ran it (default: from ab.json)")
+    rec.add_argument("--note")
+    sub.add_parser("render", help="write docs/validation.md from the rows")
+    args = parser.parse_args(argv)
+    if args.command == "record":
+        base = Path(args.ab_dir)
+        if not (base / "comparison.json").exists():
+            print(f"validation: {base}: not an ab folder (no comparison.json)", file=sys.stderr)
+            return 2
+        row = row_from_ab(base, args.name, args.planted, args.affected, args.command, args.note)
+        path = records.write_json_atomic(ROWS / f"{row['date']}-{args.name}.json", row)
+        print(f"row written to {path}")
+    records.write_text_atomic(PAGE, render(load_rows()))
+    print(f"{PAGE.relative_to(ROOT)} written ({len(load_rows())} experiments)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

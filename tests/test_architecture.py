@@ -1,0 +1,80 @@
+"""The project's documents keep up with its code: docs/architecture.md names every module of
+the harness and every suite; the README stays short and speaks of the project, not of how it
+was made."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from harness import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+HISTORY = re.compile(r"stop [0-9]+|closing note|this session", re.IGNORECASE)
+
+
+def harness_modules(root: Path = ROOT / "harness") -> list[str]:
+    """Every module and package of the harness, as architecture.md names them: `cases`,
+    `telemetry/` (a package), `telemetry/sampler` is covered by its package's line."""
+    out = []
+    for path in sorted(root.iterdir()):
+        if path.suffix == ".py":
+            out.append(path.stem)
+        elif path.is_dir() and (path / "__init__.py").exists():
+            out.append(f"{path.name}/")
+            out += [f"{path.name}/{p.stem}" for p in sorted(path.glob("*.py"))
+                    if p.stem != "__init__"]
+    return out
+
+
+def missing_from_map(text: str, modules: list[str], suites: list[str]) -> list[str]:
+    """The modules and suites the map does not name in backquotes (a package's modules may
+    be named by their own name, as `sampler`, within their package's line)."""
+    named = set(re.findall(r"`([\w/]+)`", text))
+    out = []
+    for m in modules:
+        leaf = m.rsplit("/", 1)[-1]
+        if m not in named and leaf not in named:
+            out.append(m)
+    return out + [s for s in suites if s not in named]
+
+
+def test_the_architecture_map_names_every_module_and_suite():
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    assert missing_from_map(text, harness_modules(), registry.suite_names()) == []
+
+
+def test_the_check_fails_when_a_module_has_no_line(tmp_path):
+    (tmp_path / "cases.py").write_text("")
+    (tmp_path / "newcomer.py").write_text("")
+    text = "| `cases` | how a suite defines what it measures |\n| `amp` | ... |"
+    assert missing_from_map(text, harness_modules(tmp_path), ["amp", "rpc"]) == [
+        "newcomer", "rpc"]
+
+
+def test_the_readme_is_short_and_the_docs_tell_no_development_history():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    for target in ("docs/guide.md", "docs/method.md", "docs/validation.md",
+                   "docs/architecture.md"):
+        assert target in readme, target
+    places = [ROOT / "README.md", *(ROOT / d for d in ("docs", "harness", "suites", "scripts"))]
+    files = [p for place in places
+             for p in ([place] if place.is_file() else place.rglob("*"))
+             if p.is_file() and p.suffix in (".md", ".py", ".sh", ".j2", ".toml")]
+    told = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in files
+            for m in HISTORY.finditer(p.read_text())]
+    assert told == []
+
+
+def test_the_validation_page_is_what_its_rows_render():
+    """docs/validation.md is generated from results/validation/ (scripts/validation.py): a
+    new experiment is a new row, and the page cannot say what the rows do not."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import validation
+
+    rows = validation.load_rows()
+    assert len(rows) >= 17 and all({"date", "commit", "machine", "experiment", "command"}
+                                   <= set(r) for r in rows)
+    assert (ROOT / "docs" / "validation.md").read_text() == validation.render(rows)

@@ -1,0 +1,134 @@
+"""A machine's calibration: from an A/A's rounds, each figure's and family's spread, whether
+its level is drawn per process, and each benchmark's rounds factor; read back only for the
+hardware it was measured on."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import calibration, compare, records
+from harness.cases import Context
+
+BIN = Path(sys.executable).parent
+MACHINE = {"name": "m", "cpu": {"model": "EPYC", "logical_cores": 2, "flags": {"avx2": True}},
+           "gpus": []}
+
+
+def _figure(rng, case: str, level: float, i: int, within: float = 0.01) -> dict:
+    """A time figure of `case` at `level`, from 30 samples that scatter `within` (log)."""
+    ctx = Context("cpu", "quick", {})
+    samples = list(level * rng.lognormal(0, within, 30))
+    ctx.metric("t", float(np.median(samples)), "s", kind="time", better="lower",
+               samples=samples, labels={"i": i})
+    return ctx.metrics[0].to_json()
+
+
+def _side(rng, rounds: int, per_process: dict[str, float]) -> list[dict]:
+    """One side's runs: per round one process per case, each case's level drawn anew per
+    process with the given log spread (0: the samples alone predict the rounds)."""
+    runs = []
+    for _ in range(rounds):
+        for case, sd in per_process.items():
+            run = records.new_run(MACHINE, "quick")
+            level = float(rng.lognormal(0, sd))
+            run["results"] = [{"suite": "s", "case": case, "kind": "benchmark", "device": "cpu",
+                               "params": {}, "outcome": "pass", "reason": "",
+                               "metrics": [_figure(rng, case, level, i) for i in range(4)]}]
+            runs.append(run)
+    return runs
+
+
+def test_an_aa_gives_each_figure_and_family_its_spread_and_who_draws_per_process():
+    rng = np.random.default_rng(1)
+    spreads = {"noisy": 0.12, "steady": 0.0}
+    a, b = _side(rng, 8, spreads), _side(rng, 8, spreads)
+    cal = calibration.measure(a, b, MACHINE, ["s.noisy", "s.steady"], 5, {"rounds": 8})
+    noisy = cal.families[("s/noisy", "time")]
+    steady = cal.families[("s/steady", "time")]
+    assert 0.1 < noisy.sd < 0.3 and steady.sd < 0.02  # sqrt(2) x 12% for a ratio of two
+    assert noisy.per_process is True and steady.per_process is False
+    assert all(s.df == 7 for s in cal.figures.values())
+    # the noisy one needs more rounds than the comparison's 5 to detect twice the tolerance
+    assert cal.rounds_factor["s.noisy"] > 1 and cal.rounds_factor["s.steady"] == 1
+    assert cal.rounds_factor["s.noisy"] <= calibration.MAX_ROUNDS_FACTOR
+    # read back as written
+    again = calibration.Calibration.from_json(json.loads(json.dumps(cal.to_json())))
+    assert again.figures == cal.figures and again.families == cal.families
+    doc = cal.to_json()
+    (fam,) = [f for f in doc["families"] if f["case"] == "s/noisy"]
+    assert fam["rounds_for"]["0.05"] > fam["rounds_for"]["0.1"] > 5
+    assert fam["detectable_at"]["5"] > fam["detectable_at"]["20"]
+
+
+def test_detectable_change_and_rounds_agree():
+    var = 0.08 ** 2
+    n = calibration.rounds_for(var, 0.10)
+    assert calibration.detectable(var, n) <= 0.10 < calibration.detectable(var, n - 1)
+    assert calibration.rounds_for(0.0, 0.05) == 2
+
+
+def test_a_calibration_is_used_only_on_the_hardware_it_measured(tmp_path):
+    cal = calibration.Calibration(MACHINE, {}, {("s/c", "time"): calibration.Spread(0.01, 9)},
+                                  {"s.c": 2}, measured={"rounds": 8, "started": "2026-12-03"})
+    calibration.write(cal, tmp_path)
+    got, line = calibration.for_machine(MACHINE, tmp_path)
+    assert got is not None and got.rounds_factor == {"s.c": 2} and "8 rounds" in line
+    moved = copy.deepcopy(MACHINE)
+    moved["cpu"]["flags"]["avx512f"] = True
+    got, line = calibration.for_machine(moved, tmp_path)
+    assert got is None and "other hardware" in line and "conservative" in line
+    got, line = calibration.for_machine({**MACHINE, "name": "other"}, tmp_path)
+    assert got is None and "no calibration of other" in line
+
+
+def test_the_calibrations_floor_holds_a_figure_that_looked_steady_by_chance():
+    """Three rounds in which a figure whose level this machine draws per process happened to
+    agree: the calibration's spread keeps it from being called a regression."""
+    from harness import ab
+
+    rng = np.random.default_rng(5)
+    steady = _side(rng, 3, {"c": 0.0})
+    slower = copy.deepcopy(steady)
+    for run in slower:
+        for m in run["results"][0]["metrics"]:
+            m["value"] *= 1.1
+            m["samples"] = [x * 1.1 for x in m["samples"]]
+    reps = ab.round_values(steady, slower)
+    a, b = ab.merge_runs(steady), ab.merge_runs(slower)
+    bare = calibration.Calibration(MACHINE, {}, {}, {})
+    assert {c.verdict for c in compare.compare_runs(a, b, compare.AB_THRESHOLDS,
+                                                    replicates=reps, cal=bare)} == {"regression"}
+    wide = calibration.Calibration(MACHINE, {}, {("s/c", "time"): calibration.Spread(0.04, 50)},
+                                   {})
+    assert {c.verdict for c in compare.compare_runs(a, b, compare.AB_THRESHOLDS,
+                                                    replicates=reps, cal=wide)} == {
+        "inconclusive"}
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_calibrate_runs_an_aa_here_and_writes_the_machines_calibration(tmp_path):
+    out = subprocess.run([BIN / "release-bench", "calibrate", "--suite", "profiler", "--case",
+                          "overhead", "--rounds", "3", "--out", str(tmp_path / "cal"),
+                          "--work", str(tmp_path / "work")],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (path,) = (tmp_path / "cal").glob("*.json")
+    doc = json.loads(path.read_text())
+    assert doc["schema"] == calibration.SCHEMA and doc["measured"]["rounds"] == 3
+    assert {f["case"] for f in doc["families"]} == {"profiler/overhead"}
+    assert "profiler.overhead" in doc["rounds_factor"]
+    assert "rounds for 10%" in out.stdout and f"calibration written to {path}" in out.stdout
+    assert doc["measured"]["aa_counts"]["regression"] == 0
+    # compare and ab read it by the machine's name: here, through --calibration
+    assert calibration.Calibration.from_json(doc).figures
+    bad = subprocess.run([BIN / "release-bench", "calibrate", "--rounds", "2"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "at least 3" in bad.stderr

@@ -1,0 +1,246 @@
+"""Expected results: a known upstream defect is green with its issue, anything else that
+fails (or passes where a failure is expected) is red; the file cannot hold an entry without a
+ticket; `update` proposes the edit a set of runs calls for."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import expectations, records
+from harness.pytest_adapter import _expected_marks
+from suites.fork_wait.cases import suite as fork_wait
+from tests.planted.wrap import planted_python
+
+BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parent.parent
+MACHINE = {"name": "m", "torch": {"version": "2.14.1+cu130"}, "python": "3.11.7",
+           "os": "Linux-6.1-x86_64-with-glibc2.36"}
+
+ABORT = '''
+[[expect]]
+case = "fork_wait/clean_exit"
+outcome = ["fail"]
+signature = "terminate called without an active exception"
+issue = "https://github.com/pytorch/pytorch/issues/38228"
+summary = "aborts at exit"
+when = { torch = ">=2.12.1", device = "cpu", platform = "linux" }
+rate = { release_notes = [RELEASE_NOTES], chains = [CHAINS] }
+'''
+
+
+def _file(tmp_path: Path, text: str, name: str = "expectations.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _abort(release_notes: str = "0.1, 1.0", chains: str = "0.02, 1.0") -> str:
+    return ABORT.replace("RELEASE_NOTES", release_notes).replace("CHAINS", chains)
+
+
+def _run(python: Path | str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """`release-bench run` of fork/wait's clean_exit, two trials per program, in `python`."""
+    return subprocess.run([str(python), "-m", "harness.cli", "run", "--suite", "fork_wait",
+                           "--only", "clean_exit", "--param", "trials=2", "--no-telemetry",
+                           "--out", str(tmp_path / "runs"), *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def _entry(outcome: str = "fail", reason: str = "", failures: list[str] | None = None,
+           rates: dict[str, tuple[int, int]] | None = None, device: str = "cpu") -> dict:
+    metrics = [{"name": "abnormal_exit_rate", "labels": {"program": p}, "value": k / n,
+                "unit": "fraction", "kind": "rate", "better": "lower", "stats": {"n": n}}
+               for p, (k, n) in (rates or {}).items()]
+    return {"suite": "fork_wait", "case": "clean_exit", "device": device, "params": {},
+            "outcome": outcome, "reason": reason, "metrics": metrics,
+            "details": {"failures": failures} if failures else {}}
+
+
+def test_a_failure_the_entry_describes_is_expected_and_green_with_its_issue():
+    entries = expectations.parse(_abort())
+    j = expectations.judge_result(
+        _entry(failures=["release_notes: killed by SIGABRT, 'terminate called': terminate "
+                         "called without an active exception"],
+               rates={"release_notes": (14, 20), "chains": (3, 20)}), MACHINE, entries)
+    assert j.status == "expected-fail" and not j.unexpected
+    assert j.issue == "https://github.com/pytorch/pytorch/issues/38228"
+    assert j.rates[0].startswith("release_notes 14/20 [")
+
+
+def test_another_failure_under_the_entry_a_new_failure_and_a_pass_are_unexpected():
+    entries = expectations.parse(_abort())
+    other = _entry(failures=["release_notes: killed by SIGABRT, 'terminate called': terminate "
+                             "called without an active exception",
+                             "chains: timed out: still running"])
+    j = expectations.judge_result(other, MACHINE, entries)
+    assert j.status == "unexpected-fail" and "chains: timed out" in j.why
+    new = {**_entry(reason="check x failed"), "case": "release_notes_example"}
+    assert expectations.judge_result(new, MACHINE, entries).status == "unexpected-fail"
+    passed = _entry(outcome="pass", rates={"release_notes": (0, 20), "chains": (0, 20)})
+    j = expectations.judge_result(passed, MACHINE, entries)
+    assert j.status == "unexpected-pass" and "remove the entry" in j.why
+
+
+def test_a_rate_is_judged_against_its_expected_range_by_its_interval():
+    entries = expectations.parse(_abort("0.3, 0.9", "0.0, 0.5"))
+    failures = ["x: terminate called without an active exception"]
+    inside = _entry(failures=failures, rates={"release_notes": (4, 20), "chains": (2, 20)})
+    assert expectations.judge_result(inside, MACHINE, entries).status == "expected-fail"
+    above = _entry(failures=failures, rates={"release_notes": (12, 20), "chains": (19, 20)})
+    j = expectations.judge_result(above, MACHINE, entries)
+    assert j.status == "unexpected-fail" and "chains 19/20" in j.why
+    below = _entry(failures=failures, rates={"release_notes": (0, 100), "chains": (1, 100)})
+    j = expectations.judge_result(below, MACHINE, entries)
+    assert j.status == "unexpected-pass" and "release_notes 0/100" in j.why
+
+
+def test_an_entry_applies_only_where_its_conditions_hold():
+    entries = expectations.parse(_abort())
+    failing = _entry(failures=["terminate called without an active exception"])
+    older = copy.deepcopy(MACHINE)
+    older["torch"]["version"] = "2.11.0"
+    assert expectations.judge_result(failing, older, entries).status == "unexpected-fail"
+    mac = {**MACHINE, "os": "macOS-15.1-arm64-arm-64bit"}
+    assert expectations.judge_result(failing, mac, entries).status == "unexpected-fail"
+    assert expectations.judge_result(
+        {**failing, "device": "cuda"}, MACHINE, entries).status == "unexpected-fail"
+    assert expectations.judge_result(failing, MACHINE, entries).status == "expected-fail"
+
+
+@pytest.mark.parametrize("text, says", [
+    ('[[expect]]\ncase = "a/b"\noutcome = "fail"\n', "`issue` must be the URL"),
+    (f'[[expect]]\ncase = "a/b"\noutcome = "fail"\nissue = "{expectations.PLACEHOLDER_ISSUE}"\n',
+     "`issue` must be the URL"),
+    ('[[expect]]\ncase = "a/b"\noutcome = "pass"\nissue = "https://x.org/i/1"\n',
+     "expects no failure"),
+    ('[[expect]]\ncase = "a/b"\noutcome = "fail"\nissue = "https://x.org/i/1"\n'
+     'when = { torch = "2.x" }\n', "not a PEP 440 specifier"),
+    ('[[expect]]\ncase = "a/b"\noutcome = "fail"\nissue = "https://x.org/i/1"\ncolour = 1\n',
+     "unknown key 'colour'"),
+    ('[[expect]]\ncase = "a/b"\noutcome = "fail"\nissue = "https://x.org/i/1"\n'
+     'rate = [0.5, 0.2]\n', "`rate` range"),
+    ('[[expect]\n', "not valid TOML"),
+])
+def test_a_bad_file_is_one_line(text, says, tmp_path):
+    with pytest.raises(expectations.ExpectationsError, match=says):
+        expectations.parse(text)
+    out = _run(sys.executable, tmp_path, "--expectations", str(_file(tmp_path, text)),
+               "--dry-run")
+    assert out.returncode == 2 and says.split("`")[-1][:10] in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_the_repositorys_file_is_valid_and_names_only_cases_that_exist():
+    entries = expectations.load()
+    assert entries and not expectations.stale(entries, expectations.known_cases())
+
+
+def test_an_entry_naming_no_case_is_stale():
+    entries = expectations.parse(_abort().replace("fork_wait/clean_exit", "fork_wait/gone"))
+    assert [x.case for x in expectations.stale(entries, expectations.known_cases())] == [
+        "fork_wait/gone"]
+
+
+def test_the_pytest_view_derives_a_strict_xfail_from_the_file(monkeypatch):
+    case = fork_wait.case("clean_exit")
+    (mark,) = _expected_marks(case, "cpu")
+    assert mark.name == "xfail" and mark.kwargs["strict"] is True
+    assert "pytorch/pytorch/issues/38228" in mark.kwargs["reason"]
+    assert _expected_marks(fork_wait.case("release_notes_example"), "cpu") == []
+    intermittent = expectations.parse(_abort().replace('["fail"]', '["fail", "pass"]'))
+    monkeypatch.setattr("harness.pytest_adapter._expectations", lambda: tuple(intermittent))
+    (mark,) = _expected_marks(case, "cpu")
+    assert mark.kwargs["strict"] is False
+
+
+# --- the command, on real runs with planted outcomes ---------------------------------------
+
+
+def test_a_planted_pass_of_the_expected_failure_fails_the_run(tmp_path):
+    fixed = planted_python(tmp_path / "fixed", "exit_clean=1")
+    out = _run(fixed, tmp_path)
+    assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "unexpected-pass: fork_wait/clean_exit" in out.stderr
+    assert "pytorch/pytorch/issues/38228" in out.stderr
+    (path,) = (tmp_path / "runs").rglob("*.json")
+    run = records.read_run(path)
+    assert run["results"][0]["expected"]["status"] == "unexpected-pass"
+    assert run["expectations"]["counts"]["unexpected-pass"] == 1
+
+
+def test_a_failure_other_than_the_known_one_fails_the_run(tmp_path):
+    other = planted_python(tmp_path / "other", "exit_status=3")
+    out = _run(other, tmp_path)
+    assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "unexpected-fail: fork_wait/clean_exit" in out.stderr
+    assert "signature does not match" in out.stderr and "exit status 3" in out.stderr
+
+
+def test_a_rate_inside_its_range_passes_and_one_above_it_fails(tmp_path):
+    aborts = planted_python(tmp_path / "aborts", "exit_abort=1")  # every process aborts
+    inside = _file(tmp_path, _abort("0.5, 1.0", "0.5, 1.0"), "inside.toml")
+    out = _run(aborts, tmp_path, "--expectations", str(inside))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "expected-fail: fork_wait/clean_exit" in out.stderr and "2/2" in out.stderr
+    assert "1 expected-fail" in out.stdout  # the summary counts it
+    above = _file(tmp_path, _abort("0.0, 0.1", "0.0, 0.1"), "above.toml")
+    out = _run(aborts, tmp_path, "--expectations", str(above), "--param", "trials=6")
+    assert out.returncode == 1 and "rate above its expected range" in out.stderr, out.stderr
+    # without expectations the same failure is just a failure
+    out = _run(aborts, tmp_path, "--expectations", "none")
+    assert out.returncode == 1 and "expectations" not in out.stdout.split("totals")[-1]
+
+
+def test_a_new_failure_fails_the_run(tmp_path):
+    broken = planted_python(tmp_path / "broken", "fork_threaded=1")
+    out = subprocess.run([str(broken), "-m", "harness.cli", "run", "--suite", "fork_wait",
+                          "--only", "eager_fork_is_serial", "--no-telemetry",
+                          "--out", str(tmp_path / "runs")],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "unexpected-fail: fork_wait/eager_fork_is_serial" in out.stderr
+    assert "no expectation covers it" in out.stderr
+
+
+def test_update_proposes_an_entry_for_a_new_failure_that_cannot_land_without_a_ticket(
+        tmp_path):
+    run = records.new_run(MACHINE, "quick")
+    run["results"] = [
+        {**_entry(failures=["chains: timed out: stuck"], rates={"chains": (3, 20)}),
+         "case": "clean_exit"},
+        {**_entry(reason="3 of 4 checks failed"), "case": "release_notes_example"}]
+    path = records.write_json_atomic(tmp_path / "run.json", run)
+    empty = _file(tmp_path, "# expected results\n")
+    out = subprocess.run([BIN / "release-bench", "expectations", "update", str(path), "--file",
+                          str(empty)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "+case = \"fork_wait/clean_exit\"" in out.stdout
+    assert "fork_wait/release_notes_example: new entry" in out.stdout
+    assert empty.read_text() == "# expected results\n"  # only printed
+    out = subprocess.run([BIN / "release-bench", "expectations", "update", str(path), "--file",
+                          str(empty), "--write"], capture_output=True, text=True, timeout=120)
+    assert "name the issue of each new entry" in out.stdout
+    written = empty.read_text()
+    assert written.startswith("# expected results\n") and '"chains" = [0.03, 0.38]' in written
+    with pytest.raises(expectations.ExpectationsError, match="`issue` must be the URL"):
+        expectations.parse(written)
+
+
+def test_update_removes_an_entry_whose_case_now_passes_and_a_stale_one():
+    text = "# head\n" + _abort() + _abort().replace("fork_wait/clean_exit", "fork_wait/gone")
+    run = records.new_run(MACHINE, "quick")
+    run["results"] = [_entry(outcome="pass", rates={"release_notes": (0, 20)})]
+    upd = expectations.update(text, [run], expectations.known_cases())
+    assert upd.new.strip() == "# head"
+    assert any("passed in every run it applies to: removed" in c for c in upd.changes)
+    assert any("names no case of the suites: removed" in c for c in upd.changes)
+    # passed in one run and failed in another: intermittent, 'pass' joins its outcomes
+    failed = records.new_run(MACHINE, "quick")
+    failed["results"] = [_entry(failures=["terminate called without an active exception"])]
+    upd = expectations.update(_abort(), [run, failed], expectations.known_cases())
+    assert 'outcome = ["fail", "pass"]' in upd.new and "'pass' added" in upd.changes[0]
