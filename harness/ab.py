@@ -345,13 +345,17 @@ def ab(a: str, b: str, units: list[Group], run_args: list[str], rounds: int, out
             progress(f"[{step}/{len(plan)}] {side} {name} done in "
                      f"{time.perf_counter() - t0:.0f} s")
 
+    started = time.monotonic()
     run(plan_rounds(units, rounds))
     records.write_json_atomic(base / "ab.json", meta)
     res = judge(base, thresholds, history, cal)
     if not max_rounds or max_rounds <= rounds:
         return res
     done = {u.name: u.rounds_of(rounds) for u in units}
-    meta["max_rounds"] = {"cap": max_rounds, "stages": []}
+    # each stage's verdicts, the first being what the default rounds alone decided: what
+    # the further rounds bought, and at what cost
+    meta["max_rounds"] = {"cap": max_rounds, "stages": [],
+                          "judged": [_stage(res["changes"], done, started)]}
     while wanted := rounds_to_decide(res["changes"], units, done, max_rounds):
         progress("further rounds for the inconclusive figures: " + ", ".join(
             f"{name} {n}" for name, n in wanted.items()))
@@ -361,8 +365,17 @@ def ab(a: str, b: str, units: list[Group], run_args: list[str], rounds: int, out
         meta["more_rounds"] = {**meta["more_rounds"], **wanted}
         records.write_json_atomic(base / "ab.json", meta)
         res = judge(base, thresholds, history, cal)
+        meta["max_rounds"]["judged"].append(_stage(res["changes"], done, started))
     records.write_json_atomic(base / "ab.json", meta)
-    return res
+    return {**res, "judged": meta["max_rounds"]["judged"]}
+
+
+def _stage(changes: list[compare.Change], done: dict[str, int], started: float) -> dict:
+    """One judging of a growing comparison: each benchmark's rounds so far, the verdict
+    counts, each figure's verdict, and the minutes since the first round."""
+    return {"rounds": dict(done), "minutes": round((time.monotonic() - started) / 60, 1),
+            "counts": compare.counts(changes),
+            "verdicts": {f"{c.case} {c.name}": c.verdict for c in changes}}
 
 
 def load_rounds(base: Path) -> dict[str, list[dict]]:

@@ -205,8 +205,9 @@ def _build_parser() -> argparse.ArgumentParser:
                                              "locally so it works offline")
     pub.add_argument("--config", default="asv.conf.json")
 
-    show = sub.add_parser("show", help="summary table of a run")
-    show.add_argument("run", help="a run file, or a folder (its newest run)")
+    show = sub.add_parser("show", help="summary table of a run, or the verdicts of an ab")
+    show.add_argument("run", help="a run file, or a folder (its newest run), or an ab folder "
+                                  "(its comparison.json)")
     show.add_argument("--no-tables", action="store_true", help="omit the per-case tables")
 
     report = sub.add_parser("report", help="one self-contained HTML page from run records")
@@ -232,7 +233,8 @@ def _build_parser() -> argparse.ArgumentParser:
                          help="earlier runs of this machine, for the spread between runs "
                               "(default: the baseline's folder)")
     compare.add_argument("--no-history", action="store_true",
-                         help="use no history: changes past a tolerance are then unverified")
+                         help="use no history: without a spread between runs every figure "
+                              "but a rate is then unverified")
     compare.add_argument("--across-machines", action="store_true",
                          help="judge runs of different hardware anyway")
     _add_calibration(compare)
@@ -279,9 +281,10 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="where both sides' runs and the comparison go")
     ab.add_argument("--threshold", action="append", default=[], metavar="KIND=TOL",
                     type=_threshold, help="tolerated relative change for a kind of metric "
-                                          "(default 0.05 for every kind)")
+                                          "(default 0.05 for every kind but a rate's 0)")
     mx = sub.add_parser("matrix", help="the release checklist and headline figures across "
-                                       "torch versions, interleaved; exit 1 on a change")
+                                       "torch versions, interleaved; exit 1 on an unexpected "
+                                       "result or a regression")
     mx.add_argument("sides", metavar="ENV", nargs="*",
                     help="a torch version with an environment in .envs/ (release-bench env "
                          "create), or a venv folder or Python executable; oldest first")
@@ -295,7 +298,7 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="where the matrix record, the merged runs and the rounds go")
     mx.add_argument("--threshold", action="append", default=[], metavar="KIND=TOL",
                     type=_threshold, help="tolerated relative change for a kind of metric "
-                                          "(default 0.05 for every kind)")
+                                          "(default 0.05 for every kind but a rate's 0)")
     _add_expectations(mx)
     _add_calibration(mx)
 
@@ -485,8 +488,23 @@ def _cmd_require_cuda(args) -> int:
 
 
 def _cmd_show(args) -> int:
-    from harness import summary
+    import json
+    from pathlib import Path
 
+    from harness import compare, summary
+
+    path = Path(args.run)
+    stored = path / "comparison.json" if path.is_dir() else path
+    if stored.name == "comparison.json" and stored.is_file():  # an ab's (or calibrate's)
+        try:
+            doc = json.loads(stored.read_text())
+            changes = [compare.Change.from_json(c) for c in doc["changes"]]
+        except (ValueError, KeyError, TypeError) as e:
+            raise UsageError(f"{stored}: not a comparison ({e})") from e
+        print(f"A: torch {doc.get('A')}\nB: torch {doc.get('B')}\n{doc.get('rounds')} rounds "
+              f"per side; calibration: {doc.get('calibration') or 'none (conservative defaults)'}")
+        _print_changes(changes, not args.no_tables)
+        return EXIT_OK
     run = records.read_run(records.resolve_run(args.run))
     print(summary.run_summary(run, tables=not args.no_tables))
     return EXIT_OK
@@ -695,6 +713,9 @@ def _cmd_ab(args) -> int:
           f"history floor: {f'{len(history)} runs' if history else 'none'}")
     print(cal_line)
     counts = _print_changes(res["changes"], False)
+    for stage in res.get("judged", []) if len(res.get("judged", [])) > 1 else []:
+        print(f"after {max(stage['rounds'].values())} rounds ({stage['minutes']} min): "
+              + ", ".join(f"{n} {v}" for v, n in stage["counts"].items() if n))
     print("rounds' spread: " + _detectable_line(res["changes"]))
     print(f"both sides' runs and the comparison are in {res['dir']}")
     return EXIT_FAILED if counts["regression"] else EXIT_OK

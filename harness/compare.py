@@ -39,7 +39,7 @@ is judged by Fisher's exact test on the trials' counts. Comparing runs of differ
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -64,8 +64,9 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
 }
 # `ab` interleaves both sides in fresh processes on one machine, so drift falls on both alike
 # and the test sees the variance between processes: there the tolerance is the 5% that
-# release dashboards flag (PyTorch HUD 5%, TorchBench 7%).
-AB_THRESHOLDS: dict[str, float] = {kind: 0.05 for kind in DEFAULT_THRESHOLDS}
+# release dashboards flag (PyTorch HUD 5%, TorchBench 7%). A rate keeps its 0: any
+# significant rise in processes that end badly counts, here as in `compare`.
+AB_THRESHOLDS: dict[str, float] = {kind: 0.05 for kind in DEFAULT_THRESHOLDS} | {"rate": 0.0}
 # Absolute slack for kinds whose baseline may be near zero or negative (an error of 0 B, an
 # overhead of -0.3%), where a relative change means nothing.
 ABSOLUTE_SLACK = {"error": 1e-9, "overhead": 1.0}
@@ -110,6 +111,13 @@ class Change:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Change:
+        """A stored change (a comparison.json's), ignoring fields this version does not
+        know."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in doc.items() if k in known})
 
 
 def result_key(e: dict) -> str:

@@ -78,6 +78,14 @@ def row_from_ab(base: Path, name: str, planted: str, affected: str | None,
         f", {n} for {u}" for u, n in sorted(more.items())) if more else "")
     if cap := (meta.get("max_rounds") or {}).get("cap"):
         design += f", --max-rounds {cap}"
+    stages = [{"rounds": max(j["rounds"].values()), "minutes": j["minutes"],
+               "caught": sum(j["verdicts"].get(f"{c['case']} {metric_id(c['metric'], c['labels'])}")
+                             == "regression" for c in hit),
+               "affected_unchanged": sum(
+                   j["verdicts"].get(f"{c['case']} {metric_id(c['metric'], c['labels'])}")
+                   == "unchanged" for c in hit),
+               "counts": j["counts"]}
+              for j in (meta.get("max_rounds") or {}).get("judged", [])]
     return {
         "name": name, "date": side["started"][:10],
         "commit": ((machine.get("project") or {}).get("commit") or "")[:7],
@@ -93,6 +101,7 @@ def row_from_ab(base: Path, name: str, planted: str, affected: str | None,
         "detectable_median": round(statistics.median(detectable), 4) if detectable else None,
         "wall_minutes": _wall_minutes(base),
         "source": f"ab folder {base.name}", "note": note or "",
+        "stages": stages,
     }
 
 
@@ -135,10 +144,23 @@ def render(rows: list[dict]) -> str:
         lines.append("| " + " | ".join(_cell(f, r.get(f)) for f, _ in COLUMNS) + " |")
     lines += ["", "## Notes", ""]
     for r in rows:
-        if r.get("note"):
+        if r.get("note") or len(r.get("stages") or []) > 1:
             lines.append(f"- **{r['date']}, {r['commit']}, {r['experiment']}, {r['design']}**: "
-                         f"{r['note']}.")
+                         + "; ".join(filter(None, [r.get("note"), _stages(r)])) + ".")
     return "\n".join(lines) + "\n"
+
+
+def _stages(row: dict) -> str:
+    """What each judging of a comparison with `--max-rounds` decided, the default rounds'
+    first."""
+    if len(row.get("stages") or []) < 2:
+        return ""
+    return "by stage: " + "; ".join(
+        f"{s['rounds']} rounds ({s['minutes']:g} min): "
+        + (f"{s['caught']} of {row['affected']} affected caught, {s['affected_unchanged']} "
+           f"called unchanged, " if row.get("affected") else "")
+        + ", ".join(f"{n} {v}" for v, n in s["counts"].items() if n)
+        for s in row["stages"])
 
 
 def load_rows(root: Path = ROWS) -> list[dict]:

@@ -561,7 +561,12 @@ def test_ab_runs_the_further_rounds_an_inconclusive_benchmark_needs_in_the_same_
                 cal=_calibration())
     meta = json.loads((res["dir"] / "ab.json").read_text())
     assert meta["more_rounds"] == {"s.noisy": 10}
-    assert meta["max_rounds"] == {"cap": 10, "stages": [{"s.noisy": 10}]}
+    assert meta["max_rounds"]["cap"] == 10 and meta["max_rounds"]["stages"] == [{"s.noisy": 10}]
+    # the verdicts before the further rounds and after them, with the rounds each had
+    first, last = meta["max_rounds"]["judged"]
+    assert first["rounds"]["s.noisy"] < last["rounds"]["s.noisy"] == 10
+    assert first["counts"]["inconclusive"] >= 1 and sum(last["counts"].values()) == sum(
+        first["counts"].values())
     assert "further rounds for the inconclusive figures: s.noisy 10" in said
     folders = sorted(f.name for f in (res["dir"] / "rounds").iterdir())
     assert len([f for f in folders if f.startswith("s.quiet-")]) == 10
