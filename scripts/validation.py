@@ -92,9 +92,10 @@ def row_from_ab(base: Path, name: str, planted: str, affected: str | None,
         "machine": machine.get("name"), "experiment": planted,
         "command": command or records.scrub_paths(meta.get("command") or ""), "design": design,
         "judged": sum(1 for c in changes if c.get("adjusted") is not None),
-        "affected": len(hit) if pattern else 0,
-        "caught": sum(c["verdict"] == "regression" for c in hit) if pattern else 0,
-        "affected_unchanged": sum(c["verdict"] == "unchanged" for c in hit) if pattern else 0,
+        "affected": len(hit) if pattern else None,
+        "caught": sum(c["verdict"] == "regression" for c in hit) if pattern else None,
+        "affected_unchanged": (sum(c["verdict"] == "unchanged" for c in hit)
+                               if pattern else None),
         "false_flags": sum(1 for c in flagged if c not in hit),
         "unchanged": comparison["counts"].get("unchanged"),
         "inconclusive": comparison["counts"].get("inconclusive"),
@@ -176,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--planted", required=True, help="the plant's spec, or A/A")
     rec.add_argument("--affected", help="regex on 'suite/case metric[labels]' of the figures "
                                         "the plant moves past the tolerance")
-    rec.add_argument("--command", help="the command that ran it (default: from ab.json)")
+    rec.add_argument("--command", dest="ran",
+                     help="the command that ran it (default: from ab.json)")
     rec.add_argument("--note")
     sub.add_parser("render", help="write docs/validation.md from the rows")
     args = parser.parse_args(argv)
@@ -185,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (base / "comparison.json").exists():
             print(f"validation: {base}: not an ab folder (no comparison.json)", file=sys.stderr)
             return 2
-        row = row_from_ab(base, args.name, args.planted, args.affected, args.command, args.note)
+        row = row_from_ab(base, args.name, args.planted, args.affected, args.ran, args.note)
         path = records.write_json_atomic(ROWS / f"{row['date']}-{args.name}.json", row)
         print(f"row written to {path}")
     records.write_text_atomic(PAGE, render(load_rows()))
