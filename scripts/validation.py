@@ -78,12 +78,10 @@ def row_from_ab(base: Path, name: str, planted: str, affected: str | None,
         f", {n} for {u}" for u, n in sorted(more.items())) if more else "")
     if cap := (meta.get("max_rounds") or {}).get("cap"):
         design += f", --max-rounds {cap}"
+    hit_keys = [f"{c['case']} {metric_id(c['metric'], c['labels'])}" for c in hit]  # as ab's
     stages = [{"rounds": max(j["rounds"].values()), "minutes": j["minutes"],
-               "caught": sum(j["verdicts"].get(f"{c['case']} {metric_id(c['metric'], c['labels'])}")
-                             == "regression" for c in hit),
-               "affected_unchanged": sum(
-                   j["verdicts"].get(f"{c['case']} {metric_id(c['metric'], c['labels'])}")
-                   == "unchanged" for c in hit),
+               "caught": sum(j["verdicts"].get(k) == "regression" for k in hit_keys),
+               "affected_unchanged": sum(j["verdicts"].get(k) == "unchanged" for k in hit_keys),
                "counts": j["counts"]}
               for j in (meta.get("max_rounds") or {}).get("judged", [])]
     return {
