@@ -1,6 +1,7 @@
-"""What this machine's noise is: `release-bench calibrate` runs an A/A comparison here (the same
-Python on both sides, `ab`'s rounds) and keeps, per figure and per family of figures, how much
-a round's B/A ratio wanders, in `results/calibration/<machine>.json`.
+"""What this machine's noise is: `release-bench calibrate` runs an A/A comparison here (the
+same Python on both sides, `ab`'s rounds; `harness.calibrate` measures it) and keeps, per
+figure and per family of figures, how much a round's B/A ratio wanders, in
+`results/calibration/<machine>.json`.
 
 `compare` and `ab` read it instead of constants tuned on one machine:
 
@@ -11,7 +12,8 @@ a round's B/A ratio wanders, in `results/calibration/<machine>.json`.
   found that its rounds vary no more than its sessions predict (its level is not drawn per
   process); elsewhere by its family's;
 - a benchmark whose figures need more rounds than the default to detect a change of twice
-  the tolerance gets that many more (its `rounds_factor`, at most `MAX_ROUNDS_FACTOR`).
+  the tolerance gets that many more (its `rounds_factor`, at most
+  `calibrate.MAX_ROUNDS_FACTOR`).
 
 Without a calibration of this machine's hardware they fall back on conservative rules (no
 sessions trusted alone, every family at least as wide as its whole kind, no further rounds)
@@ -27,17 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from harness import records, stats
 
 ROOT = Path(__file__).resolve().parent.parent
 CALIBRATIONS = ROOT / "results" / "calibration"
 SCHEMA = "release-bench-calibration/1"
 DEFAULT_ROUNDS = 8  # an A/A's rounds: df 7 per figure, more for a family
-# The most rounds a benchmark gets by default, in multiples of `ab`'s rounds: a cost bound
-# (`--max-rounds` gives more to the figures a comparison leaves inconclusive).
-MAX_ROUNDS_FACTOR = 4
 # a round's log ratio is normal enough for its variance; the F-test that tells a level drawn
 # per process compares it with what each process's own samples or sessions predict
 Key = tuple[str, tuple[str, str]]  # (result key, metric key), as compare.Replicates
@@ -87,7 +84,7 @@ class Calibration:
     machine: dict[str, Any]
     figures: dict[Key, Spread]
     families: dict[tuple[str, str], Spread]  # (suite/case, kind) -> the family's spread
-    rounds_factor: dict[str, int]  # benchmark unit (ab.Group.name) -> multiple of the rounds
+    rounds_factor: dict[str, int]  # benchmark unit (campaign.Unit.name) -> multiple of the rounds
     source: str = ""
     measured: dict[str, Any] = field(default_factory=dict)
 
@@ -142,7 +139,7 @@ def path_for(machine_name: str, root: Path = CALIBRATIONS) -> Path:
 
 def for_machine(fingerprint: dict, root: Path = CALIBRATIONS) -> tuple[Calibration | None, str]:
     """This machine's calibration, and one line saying which one is used (or why none)."""
-    from harness import compare
+    from harness import machine
 
     path = path_for(fingerprint.get("name", "?"), root)
     fallback = ("conservative defaults: no sessions trusted alone, every family at least as "
@@ -154,92 +151,12 @@ def for_machine(fingerprint: dict, root: Path = CALIBRATIONS) -> tuple[Calibrati
         cal = Calibration.from_json(json.loads(path.read_text()), str(path))
     except (OSError, ValueError, KeyError, TypeError) as e:
         return None, f"calibration {path.name} unreadable ({e}): {fallback}"
-    if differ := compare.machine_differences(cal.machine, fingerprint):
+    if differ := machine.differences(cal.machine, fingerprint):
         return None, (f"calibration {path.name} is of other hardware ({differ[0]}): {fallback}; "
                       "run `release-bench calibrate` again")
     when = cal.measured.get("started", "?")[:10]
     return cal, (f"calibration: {path.name} ({cal.measured.get('rounds', '?')} rounds of an "
                  f"A/A, {when})")
-
-
-# --- measuring one ----------------------------------------------------------------------
-
-
-def _within_process(runs: list[dict]) -> dict[Key, dict[int, float]]:
-    """Each figure's variance of its log value within its process, by round: from its
-    sessions where it has them, else from its samples' interval of its quantile."""
-    from harness import compare
-
-    out: dict[Key, dict[int, float]] = {}
-    seen: dict[str, int] = {}
-    z = stats.t_quantile(1 - (1 - stats.CI_LEVEL) / 2, 1e6)
-    for run in runs:
-        for e in run["results"]:
-            case = compare.result_key(e)
-            if not compare.contended(e):
-                for m in e["metrics"]:
-                    sessions = m.get("sessions")
-                    lo, hi = ((m.get("stats") or {}).get("ci") or (None, None))[:2]
-                    if sessions and len(sessions) >= 2 and min(sessions) > 0:
-                        var = float(np.var(np.log(sessions), ddof=1)) / len(sessions)
-                    elif lo and hi and lo > 0 and hi > 0:
-                        var = (math.log(hi / lo) / (2 * z)) ** 2
-                    else:
-                        continue
-                    out.setdefault((case, compare.metric_key(m)), {})[seen.get(case, 0)] = var
-            seen[case] = seen.get(case, 0) + 1
-    return out
-
-
-def measure(a_runs: list[dict], b_runs: list[dict], machine: dict,
-            units: list[str], rounds: int, measured: dict[str, Any]) -> Calibration:
-    """The calibration from an A/A's rounds (each side's runs, as `ab.load_rounds` gives
-    them); `units` are the benchmark groups it ran, `rounds` the default rounds of `ab`
-    against which each unit's factor is set."""
-    from harness import ab, compare
-
-    reps = ab.round_values(a_runs, b_runs)
-    within_a, within_b = _within_process(a_runs), _within_process(b_runs)
-    kinds = {(compare.result_key(e), compare.metric_key(m)): m.get("kind", "value")
-             for run in a_runs for e in run["results"] for m in e["metrics"]}
-    figures: dict[Key, Spread] = {}
-    for key, rep in reps.items():
-        if not rep.paired or kinds.get(key) in compare.NO_RELATIVE_SPREAD:
-            continue
-        a, b = np.asarray(rep.baseline, float), np.asarray(rep.candidate, float)
-        if a.size < 3 or min(a.min(), b.min()) <= 0:
-            continue
-        d = np.log(b / a)
-        var = float(np.var(d, ddof=1))
-        pa, pb = within_a.get(key, {}), within_b.get(key, {})
-        both = [pa[r] + pb[r] for r in pa.keys() & pb.keys()]
-        per_process = None
-        if both and var > 0:
-            predicted = float(np.mean(both))
-            # the within-process variance is estimated from many samples: its df is large
-            per_process = predicted <= 0 or stats.variance_exceeds(var, d.size - 1, predicted,
-                                                                   1e6)
-        figures[key] = Spread(var, float(d.size - 1), per_process)
-    families: dict[tuple[str, str], list[tuple[Key, Spread]]] = {}
-    for key, s in figures.items():
-        families.setdefault((key[0].split("[")[0], kinds[key]), []).append((key, s))
-    family_spreads = {}
-    for fam, members in families.items():
-        variances = [s.variance for _, s in members]
-        flags = [s.per_process for _, s in members if s.per_process is not None]
-        family_spreads[fam] = Spread(
-            float(np.quantile(variances, stats.FAMILY_QUANTILE)),
-            float(sum(s.df for _, s in members)),
-            None if not flags else sum(flags) > len(flags) / 2)
-    target = 2 * compare.AB_THRESHOLDS["time"]  # a change of twice the tolerance
-    need: dict[str, list[float]] = {}
-    for key, s in figures.items():
-        n = rounds_for(s.variance, target)
-        need.setdefault(ab.unit_of(key[0]), []).append(math.inf if n is None else n)
-    factors = {u: min(MAX_ROUNDS_FACTOR, max(1, math.ceil(float(np.median(need[u])) / rounds)))
-               for u in units if u in need}
-    return Calibration(records.scrub_paths(machine), figures, family_spreads, factors, "",
-                       measured)
 
 
 def write(cal: Calibration, root: Path = CALIBRATIONS) -> Path:

@@ -216,7 +216,7 @@ class RoundValues(NamedTuple):
     # baseline[i] and candidate[i] ran in one round, back to back: judged by their ratios
     paired: bool = False
     # (variance, degrees of freedom) of a round's log ratio as the metric's own sessions
-    # within the rounds predict it (ab.round_values), for a figure measured in sessions
+    # within the rounds predict it (campaign.round_values), for a figure measured in sessions
     within: tuple[float, float] | None = None
 
 
@@ -581,39 +581,6 @@ def history_replicates(runs: list[dict], cand: dict | None = None) -> Replicates
             within = (pooled[0] / np.mean([len(g) for g in groups]), pooled[1])
         out[k] = RoundValues(values, None if cand_value is None else [cand_value],
                              within=within)
-    return out
-
-
-# --- machines -----------------------------------------------------------------------------
-
-
-def hardware_identity(machine: dict) -> dict[str, Any]:
-    """The fingerprint fields a verdict depends on."""
-    cpu = machine.get("cpu") or {}
-    gpus = machine.get("gpus") or []
-    driver = str(machine.get("nvidia_driver") or "")
-    return {
-        "cpu model": cpu.get("model"),
-        "cpu flags": sorted(f for f, on in (cpu.get("flags") or {}).items() if on),
-        "logical cores": cpu.get("logical_cores"),
-        "gpu models": sorted(g.get("name", "") for g in gpus),
-        "driver major": driver.split(".")[0] if driver else None,
-    }
-
-
-def machine_differences(a: dict, b: dict) -> list[str]:
-    """The hardware fields in which two runs' machines differ, with both values."""
-    ia, ib = hardware_identity(a), hardware_identity(b)
-    out = []
-    for k in ia:
-        if ia[k] != ib[k]:
-            if k == "cpu flags":
-                only_a = sorted(set(ia[k]) - set(ib[k]))[:6]
-                only_b = sorted(set(ib[k]) - set(ia[k]))[:6]
-                out.append(f"cpu flags (only baseline: {' '.join(only_a) or '-'}; only "
-                           f"candidate: {' '.join(only_b) or '-'})")
-            else:
-                out.append(f"{k} ({ia[k]} vs {ib[k]})")
     return out
 
 

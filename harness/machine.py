@@ -142,3 +142,36 @@ def machine_name() -> str:
         n = torch.cuda.device_count()
         return f"{_slug(torch.cuda.get_device_name(0))}-x{n}"
     return f"{_slug(_cpuinfo()[0])}-{os.cpu_count()}c"
+
+
+# --- comparing two fingerprints ------------------------------------------------------
+
+
+def hardware_identity(machine: dict) -> dict[str, Any]:
+    """The fingerprint fields a verdict depends on."""
+    cpu = machine.get("cpu") or {}
+    gpus = machine.get("gpus") or []
+    driver = str(machine.get("nvidia_driver") or "")
+    return {
+        "cpu model": cpu.get("model"),
+        "cpu flags": sorted(f for f, on in (cpu.get("flags") or {}).items() if on),
+        "logical cores": cpu.get("logical_cores"),
+        "gpu models": sorted(g.get("name", "") for g in gpus),
+        "driver major": driver.split(".")[0] if driver else None,
+    }
+
+
+def differences(a: dict, b: dict) -> list[str]:
+    """The hardware fields in which two runs' machines differ, with both values."""
+    ia, ib = hardware_identity(a), hardware_identity(b)
+    out = []
+    for k in ia:
+        if ia[k] != ib[k]:
+            if k == "cpu flags":
+                only_a = sorted(set(ia[k]) - set(ib[k]))[:6]
+                only_b = sorted(set(ib[k]) - set(ia[k]))[:6]
+                out.append(f"cpu flags (only baseline: {' '.join(only_a) or '-'}; only "
+                           f"candidate: {' '.join(only_b) or '-'})")
+            else:
+                out.append(f"{k} ({ia[k]} vs {ib[k]})")
+    return out

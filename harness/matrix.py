@@ -1,12 +1,11 @@
 """`release-bench matrix`: the release checklist and the headline figures across torch versions.
 
-Each side is an environment (`release-bench env create VERSION`, or any venv). The comparison
-is `ab`'s, widened to N sides: a suite's conformance cases, and each of its benchmark cases
-(`ab.groups`), run in a fresh process per side and round, round by round, with the order of
-the sides rotated from round to round so that each goes first as often as the others. Each
-side's rounds are merged (`ab.merge_runs`), and each version is judged against the one before
-it with `compare`, the rounds giving the spread between processes. The matrix record keeps,
-per version:
+Each side is an environment (`release-bench env create VERSION`, or any venv). The matrix is a
+campaign of N sides (`harness.campaign`): every unit (a suite's conformance cases, each
+benchmark case alone) runs in a fresh process per side and round, the order of the sides
+rotated from round to round so that each goes first as often as the others. Each version is
+judged against the one before it, the rounds giving the spread between processes. The matrix
+record keeps, per version:
 
 - each conformance case's outcome, and each case's warnings (FutureWarning,
   DeprecationWarning, ... as the runner recorded them);
@@ -14,7 +13,7 @@ per version:
 - the verdicts against the previous version;
 
 and lists as changes every case whose outcome moved, and every warning that appeared or went.
-The merged runs and the rounds stay beside it for `report`, `compare` and `ab --judge`.
+The merged runs and the rounds stay beside it for `report`, `compare` and `matrix --judge`.
 """
 
 from __future__ import annotations
@@ -26,8 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import ab, compare, envs, expectations, machine, records
+from harness import campaign, compare, envs, expectations, machine, records
 from harness.calibration import Calibration
+from harness.campaign import CampaignError, Unit
 from harness.cases import metric_id
 
 SCHEMA = "release-bench-matrix/1"
@@ -44,15 +44,9 @@ def side_python(spec: str) -> tuple[str, Path]:
         try:
             env = envs.get(spec)
         except envs.EnvError as e:
-            raise ab.AbError(str(e)) from e
-        return spec, ab.python_of(env.path)  # refuses a folder whose Python is gone
-    return spec, ab.python_of(spec)
-
-
-def rotation(n_sides: int, rounds: int) -> list[list[int]]:
-    """The order of the sides in each round: rotated by one each round, so that over n rounds
-    each side runs first, second, ... once."""
-    return [[(r + i) % n_sides for i in range(n_sides)] for r in range(rounds)]
+            raise CampaignError(str(e)) from e
+        return spec, campaign.python_of(env.path)  # refuses a folder whose Python is gone
+    return spec, campaign.python_of(spec)
 
 
 def warnings_of(entry: dict) -> list[str]:
@@ -106,47 +100,53 @@ def outcome_changes(prev: dict, this: dict, prev_label: str, label: str) -> list
     return out
 
 
-def plan(units: list[ab.Group], n_sides: int, rounds: int) -> list[tuple[int, ab.Group, int]]:
-    """(round, unit, side's position) in the order they run: round by round, each unit's
-    sides in that round's rotation; a unit with a `rounds_factor` goes on with its further
-    rounds once the others have had theirs."""
-    most = ab.longest(units, rounds)
-    return [(r, unit, i) for r, order in enumerate(rotation(n_sides, most))
-            for unit in units if r < unit.rounds_of(rounds) for i in order]
-
-
-def matrix(sides: list[str], units: list[ab.Group], run_args: list[str], rounds: int,
+def matrix(sides: list[str], units: list[Unit], run_args: list[str], rounds: int,
            out_dir: Path, progress: Callable[[str], None],
            thresholds: dict[str, float] | None = None,
            expected: tuple[list, str] | None = None,
-           cal: Calibration | None = None) -> dict[str, Any]:
-    """Run the matrix; returns its record (also written as `<dir>/matrix.json`)."""
+           cal: Calibration | None = None, max_rounds: int | None = None) -> dict[str, Any]:
+    """Run the matrix; returns its record (also written as `<dir>/matrix.json`). With
+    `max_rounds` above `rounds`, a benchmark with inconclusive figures in any step gets the
+    further rounds they need (`campaign.extend`), on every side."""
     if len(sides) < 2:
-        raise ab.AbError("a matrix needs at least two environments")
+        raise CampaignError("a matrix needs at least two environments")
     labelled = [side_python(s) for s in sides]
     labels = [label for label, _ in labelled]
     if len(set(labels)) != len(labels):
-        raise ab.AbError(f"an environment is named twice: {' '.join(labels)}")
-    pythons = dict(labelled)
-    versions = {label: ab.torch_version(p) for label, p in labelled}
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    base = out_dir / f"matrix-{stamp}"
-    steps = [(r, unit, labels[i]) for r, unit, i in plan(units, len(labels), rounds)]
-    runs: dict[str, list[dict]] = {label: [] for label in labels}
-    for step, (r, unit, label) in enumerate(steps, 1):
-        where = base / "rounds" / f"{unit.name}-{r:02d}-{labels.index(label)}"
-        progress(f"[{step}/{len(steps)}] torch {versions[label]} {unit.name} (round {r + 1}) ...")
-        t0 = time.perf_counter()
-        # a label may be a path: the log is named by the side's position
-        log = base / "logs" / f"side-{labels.index(label)}.log"
-        path = ab.run_round(pythons[label], unit.selection(), run_args, where, log)
-        if path is None:
-            raise ab.AbError(f"torch {versions[label]} ({label}) wrote no run for "
-                             f"{unit.name}; see {log}")
-        runs[label].append(records.read_run(path))
-        progress(f"[{step}/{len(steps)}] done in {time.perf_counter() - t0:.0f} s")
-    return judge(base, labels, versions, runs, rounds, thresholds, ab.more_rounds(units, rounds),
-                 expected, cal)
+        raise CampaignError(f"an environment is named twice: {' '.join(labels)}")
+    # a side's files are named by its position: a label may be a path
+    run = campaign.Campaign(
+        campaign.new_folder(out_dir, "matrix"),
+        [campaign.Side(str(i), label, python, campaign.torch_version(python))
+         for i, (label, python) in enumerate(labelled)], units, run_args, progress)
+    versions = {s.label: s.torch for s in run.sides}
+    started = time.monotonic()
+    run.run(campaign.plan(units, len(labels), campaign.rounds_wanted(units, rounds)))
+    more = campaign.more_rounds(units, rounds)
+
+    def judge_now(extension: dict | None = None) -> dict[str, Any]:
+        return judge(run.base, labels, versions, _runs(run.base, labels), rounds, thresholds,
+                     more, expected, cal, extension)
+
+    if not max_rounds or max_rounds <= rounds:
+        return judge_now()
+    last: dict[str, Any] = {}
+
+    def on_stage(ext: campaign.Extension, done: dict[str, int]) -> None:
+        more.update(ext.stages[-1])
+
+    def changes() -> list:
+        last.update(judge_now())
+        return last["all_changes"]
+
+    ext = campaign.extend(run, changes, rounds, max_rounds, started, on_stage)
+    return judge_now(ext.to_json())
+
+
+def _runs(base: Path, labels: list[str]) -> dict[str, list[dict]]:
+    """Each side's stored rounds, by label (the folders name a side by its position)."""
+    by_side = campaign.load_rounds(base)
+    return {label: by_side.get(str(i), []) for i, label in enumerate(labels)}
 
 
 def judge_again(base: Path, thresholds: dict[str, float] | None = None,
@@ -157,12 +157,11 @@ def judge_again(base: Path, thresholds: dict[str, float] | None = None,
     try:
         meta = json.loads((base / "matrix.json").read_text())
     except (OSError, ValueError) as e:
-        raise ab.AbError(f"{base}: not a matrix folder ({e})") from e
+        raise CampaignError(f"{base}: not a matrix folder ({e})") from e
     labels = [v["label"] for v in meta["versions"]]
-    by_side = ab.load_rounds(base)  # sides are named by their position among the labels
-    runs = {label: by_side.get(str(i), []) for i, label in enumerate(labels)}
-    return judge(base, labels, {v["label"]: v["torch"] for v in meta["versions"]}, runs,
-                 meta["rounds"], thresholds, meta.get("more_rounds"), expected, cal)
+    return judge(base, labels, {v["label"]: v["torch"] for v in meta["versions"]},
+                 _runs(base, labels), meta["rounds"], thresholds, meta.get("more_rounds"),
+                 expected, cal, meta.get("max_rounds"))
 
 
 def judge(base: Path, labels: list[str], versions: dict[str, str],
@@ -170,28 +169,29 @@ def judge(base: Path, labels: list[str], versions: dict[str, str],
           thresholds: dict[str, float] | None = None,
           more_rounds: dict[str, int] | None = None,
           expected: tuple[list, str] | None = None,
-          cal: Calibration | None = None) -> dict[str, Any]:
+          cal: Calibration | None = None,
+          extension: dict | None = None) -> dict[str, Any]:
     """The matrix record of the rounds `runs` (by label): each version's merged run, judged by
     the expectations (`expected`: entries and their source; None: raw outcomes) and against
-    the version before it."""
-    merged = {label: ab.merge_runs(runs[label]) for label in labels}
+    the version before it. `extension` is what further rounds were run (`campaign.extend`).
+    The record returned also holds every step's verdicts as `all_changes` (not written)."""
+    merged = {label: campaign.merge_runs(runs[label]) for label in labels}
     judged = {}
     for label in labels:
         if expected is not None:  # each version by its own torch: entries name versions
             judged[label] = expectations.judge_run(merged[label], expected[0], expected[1],
                                                    expectations.known_cases())
             expectations.annotate(merged[label], judged[label])
-        records.write_json_atomic(base / f"torch-{label}.json",
+        records.write_json_atomic(campaign.merged_path(base, str(labels.index(label))),
                                   records.scrub_paths(merged[label]))
     summary = {label: summarize_side(merged[label]) for label in labels}
     for label, j in judged.items():
         summary[label]["expectations"] = j.to_json()
-    steps = []
+    steps, every = [], []
     for prev, this in zip(labels, labels[1:], strict=False):
-        changes = compare.compare_runs(merged[prev], merged[this],
-                                       {**compare.AB_THRESHOLDS, **(thresholds or {})},
-                                       replicates=ab.round_values(runs[prev], runs[this]),
-                                       cal=cal)
+        changes = campaign.judge_pair(runs[prev], runs[this], merged[prev], merged[this],
+                                      thresholds, cal=cal)
+        every += changes
         headline_ids = {(h["case"], compare.metric_key(h)) for h in summary[this]["headlines"]}
         steps.append({
             "from": prev, "to": this, "counts": compare.counts(changes),
@@ -207,5 +207,7 @@ def judge(base: Path, labels: list[str], versions: dict[str, str],
         "order": "rotated round by round",
         "versions": [{"label": label, "torch": versions[label]} for label in labels],
         "sides": summary, "steps": steps}
+    if extension:
+        record["max_rounds"] = extension
     records.write_json_atomic(base / "matrix.json", records.scrub_paths(record))
-    return {**record, "dir": base}
+    return {**record, "dir": base, "all_changes": every}

@@ -349,7 +349,7 @@ def join(store: dist.Store, rank: int, nnodes: int, iface: str, timeout_s: float
 def agent_main(argv: Sequence[str]) -> int:
     """torchrun's worker on each host: node 0 runs `release-bench run ARGV` across the hosts,
     the others serve."""
-    from harness import cli
+    from harness.commands import run as run_command
 
     host, _, port = os.environ[RDZV_ENV].rpartition(":")
     rank, nnodes = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -374,7 +374,7 @@ def agent_main(argv: Sequence[str]) -> int:
     launch.set_cluster(cluster)
     _wrappers(raw).set("started", "1")
     try:
-        code = cli.run_across_hosts(list(argv), [n.describe() for n in cluster.nodes])
+        code = run_command.run_across_hosts(list(argv), [n.describe() for n in cluster.nodes])
         return code
     finally:
         launch.set_cluster(None)

@@ -85,11 +85,29 @@ def _cases(suite: Suite, kind: str) -> list:
     return out
 
 
+def _only_timings_failed(entry: dict) -> bool:
+    """Whether every check the case failed was a timing (a speedup floor, a latency bound)."""
+    failed = [c for c in entry["checks"] if not c["passed"]]
+    return entry["outcome"] == "fail" and bool(failed) and all(c.get("performance")
+                                                               for c in failed)
+
+
 def _assert_passes(case: Case, device: str, params: Params) -> dict:
-    """Run the case as a run does; it must pass, or fail as the expectations file says."""
-    entry = runner.execute(case, device, params, PROFILE)
+    """Run the case as a run does, with the host's telemetry; it must pass, or fail as the
+    expectations file says.
+
+    A timing floor is the one check a busy machine can fail: measured contended, the case is
+    `invalid` and the test is skipped with the telemetry's reason; missed on a machine that
+    telemetry found quiet (a burst of CPU steal too short to show, say), the case is measured
+    once more, and fails only if it misses again. A correctness check is never measured twice.
+    """
+    entry = runner.execute(case, device, params, PROFILE, telemetry=process_telemetry())
+    if _only_timings_failed(entry):
+        entry = runner.execute(case, device, params, PROFILE, telemetry=process_telemetry())
     if entry["outcome"] == "skip":
         pytest.skip(entry["reason"])
+    if entry["outcome"] == "invalid":
+        pytest.skip(f"measured contended, so not judged: {entry['reason']}")
     judged = expectations.judge_result(entry, _here(), _expectations())
     if judged.status == "expected-fail":
         raise ExpectedFailure(f"{judged.issue}: {entry['reason']}")

@@ -62,7 +62,9 @@ def row_from_ab(base: Path, name: str, planted: str, affected: str | None,
                 command: str | None, note: str | None) -> dict:
     meta = json.loads((base / "ab.json").read_text())
     comparison = json.loads((base / "comparison.json").read_text())
-    side = records.read_run(base / "A.json")
+    # each side's merged run: side-A.json, or A.json in folders older than the campaign engine
+    side = records.read_run(next(p for p in (base / "side-A.json", base / "A.json")
+                                 if p.exists()))
     machine = side["machine"]
     pattern = re.compile(affected) if affected else None
     changes = comparison["changes"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import calibration, compare, records
+from harness import calibrate, calibration, compare, records
 from harness.cases import Context
 
 BIN = Path(sys.executable).parent
@@ -49,7 +49,7 @@ def test_an_aa_gives_each_figure_and_family_its_spread_and_who_draws_per_process
     rng = np.random.default_rng(1)
     spreads = {"noisy": 0.12, "steady": 0.0}
     a, b = _side(rng, 8, spreads), _side(rng, 8, spreads)
-    cal = calibration.measure(a, b, MACHINE, ["s.noisy", "s.steady"], 5, {"rounds": 8})
+    cal = calibrate.measure(a, b, MACHINE, ["s.noisy", "s.steady"], 5, {"rounds": 8})
     noisy = cal.families[("s/noisy", "time")]
     steady = cal.families[("s/steady", "time")]
     assert 0.1 < noisy.sd < 0.3 and steady.sd < 0.02  # sqrt(2) x 12% for a ratio of two
@@ -57,7 +57,7 @@ def test_an_aa_gives_each_figure_and_family_its_spread_and_who_draws_per_process
     assert all(s.df == 7 for s in cal.figures.values())
     # the noisy one needs more rounds than the comparison's 5 to detect twice the tolerance
     assert cal.rounds_factor["s.noisy"] > 1 and cal.rounds_factor["s.steady"] == 1
-    assert cal.rounds_factor["s.noisy"] <= calibration.MAX_ROUNDS_FACTOR
+    assert cal.rounds_factor["s.noisy"] <= calibrate.MAX_ROUNDS_FACTOR
     # read back as written
     again = calibration.Calibration.from_json(json.loads(json.dumps(cal.to_json())))
     assert again.figures == cal.figures and again.families == cal.families
@@ -91,7 +91,7 @@ def test_a_calibration_is_used_only_on_the_hardware_it_measured(tmp_path):
 def test_the_calibrations_floor_holds_a_figure_that_looked_steady_by_chance():
     """Three rounds in which a figure whose level this machine draws per process happened to
     agree: the calibration's spread keeps it from being called a regression."""
-    from harness import ab
+    from harness import campaign
 
     rng = np.random.default_rng(5)
     steady = _side(rng, 3, {"c": 0.0})
@@ -100,8 +100,8 @@ def test_the_calibrations_floor_holds_a_figure_that_looked_steady_by_chance():
         for m in run["results"][0]["metrics"]:
             m["value"] *= 1.1
             m["samples"] = [x * 1.1 for x in m["samples"]]
-    reps = ab.round_values(steady, slower)
-    a, b = ab.merge_runs(steady), ab.merge_runs(slower)
+    reps = campaign.round_values(steady, slower)
+    a, b = campaign.merge_runs(steady), campaign.merge_runs(slower)
     bare = calibration.Calibration(MACHINE, {}, {}, {})
     assert {c.verdict for c in compare.compare_runs(a, b, compare.AB_THRESHOLDS,
                                                     replicates=reps, cal=bare)} == {"regression"}

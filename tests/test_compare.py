@@ -309,7 +309,8 @@ def test_ab_takes_the_history_of_this_machines_hardware(tmp_path):
     differed in CPU model, and ab refused the folder)."""
     import argparse
 
-    from harness import cli, machine
+    from harness import machine
+    from harness.commands import ab as ab_command
 
     here = _run([_metric("t", [1.0, 1.1, 1.2])], machine=machine.fingerprint())
     elsewhere = _run([_metric("t", [1.0, 1.1, 1.2])],
@@ -317,7 +318,7 @@ def test_ab_takes_the_history_of_this_machines_hardware(tmp_path):
     _write(tmp_path, "20260101T000000Z-quick.json", here)
     _write(tmp_path, "20260102T000000Z-quick.json", elsewhere)
     args = argparse.Namespace(no_history=False, history=str(tmp_path), profile="quick")
-    (kept,) = cli._ab_history(args)
+    (kept,) = ab_command.history_floor(args)
     assert kept["machine"] == here["machine"]
 
 
@@ -332,10 +333,10 @@ def test_in_ab_the_history_keeps_a_flipping_metric_from_looking_steady():
                                      labels={"i": "flips"})])
 
     a_rounds, b_rounds = [run(1.0), run(1.0)], [run(1.5), run(1.5)]
-    from harness import ab
+    from harness import campaign
 
-    reps = ab.round_values(a_rounds, b_rounds)
-    a, b = ab.merge_runs(a_rounds), ab.merge_runs(b_rounds)
+    reps = campaign.round_values(a_rounds, b_rounds)
+    a, b = campaign.merge_runs(a_rounds), campaign.merge_runs(b_rounds)
     alone = {c.labels["i"]: c for c in compare.compare_runs(a, b, replicates=reps)}
     assert alone["flips"].verdict == "regression"  # the rounds alone cry wolf
     history = [run(lv) for lv in (1.0, 1.5, 1.0, 1.5, 1.5, 1.0)]
@@ -355,14 +356,14 @@ def test_ab_judges_each_round_by_its_own_ratio():
     """The machine's state moves both sides of a round alike (here by up to 25% from round to
     round), so a true 10% slowdown hides in the spread of each side's values but not in the
     rounds' B/A ratios."""
-    from harness import ab
+    from harness import campaign
 
     levels = [1.0, 1.25, 0.9, 1.15, 0.95]
     rng = np.random.default_rng(12)
     a_rounds, b_rounds = _rounds(levels, rng), _rounds(levels, rng, change=1.1)
-    reps = ab.round_values(a_rounds, b_rounds)
+    reps = campaign.round_values(a_rounds, b_rounds)
     assert all(r.paired for r in reps.values())
-    a, b = ab.merge_runs(a_rounds), ab.merge_runs(b_rounds)
+    a, b = campaign.merge_runs(a_rounds), campaign.merge_runs(b_rounds)
     paired = compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps)
     assert {c.verdict for c in paired} == {"regression"}
     for c in paired:
@@ -391,13 +392,13 @@ def _two_case_rounds(rng, small: list[float], spread: float = 0.1) -> list[dict]
 def _two_case_ab(seed: int, small_b: list[float]):
     """The ab of those two cases, A's small case at 1.0 and B's at `small_b` round by round;
     returns a function that judges it (when called) and gives one case's verdicts."""
-    from harness import ab
+    from harness import campaign
 
     rng = np.random.default_rng(seed)
     a_rounds = _two_case_rounds(rng, [1.0] * len(small_b))
     b_rounds = _two_case_rounds(rng, small_b)
-    reps = ab.round_values(a_rounds, b_rounds)
-    a, b = ab.merge_runs(a_rounds), ab.merge_runs(b_rounds)
+    reps = campaign.round_values(a_rounds, b_rounds)
+    a, b = campaign.merge_runs(a_rounds), campaign.merge_runs(b_rounds)
 
     def verdicts(case: str, cal: calibration.Calibration | None = None) -> set[str]:
         changes = compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps, cal=cal)
@@ -435,18 +436,18 @@ def test_a_small_family_still_flags_a_change_past_its_kinds_spread():
 def test_ab_pairs_rounds_by_round_when_one_is_left_out():
     """A contended round on one side is left out; the others keep their partners (a shift by
     one would pair the states of different rounds)."""
-    from harness import ab
+    from harness import campaign
 
     rng = np.random.default_rng(13)
     levels = [1.0, 1.3, 0.8, 1.2]
     a_rounds, b_rounds = _rounds(levels, rng), _rounds(levels, rng)
     for e in a_rounds[1]["results"]:
         e["telemetry"] = {"valid": False, "invalid_reasons": ["host busy"]}
-    reps = ab.round_values(a_rounds, b_rounds)
+    reps = campaign.round_values(a_rounds, b_rounds)
     for r in reps.values():
         assert r.paired and len(r.baseline) == 3
         assert np.allclose(r.baseline, r.candidate, rtol=0.02)  # rounds 0, 2, 3 with theirs
-    changes = compare.compare_runs(ab.merge_runs(a_rounds), ab.merge_runs(b_rounds),
+    changes = compare.compare_runs(campaign.merge_runs(a_rounds), campaign.merge_runs(b_rounds),
                                    compare.AB_THRESHOLDS, replicates=reps)
     assert compare.counts(changes)["regression"] == compare.counts(changes)["improvement"] == 0
 
@@ -455,14 +456,14 @@ def test_ab_pairs_rounds_by_round_when_one_is_left_out():
 def test_ab_schedule_alternates_who_goes_first(rounds, order):
     from harness import ab
 
-    assert "".join(ab.schedule(rounds)) == order
+    assert ab.schedule(rounds) == order
 
 
 def test_ab_runs_each_benchmark_case_in_a_process_of_its_own():
     # a benchmark measured a process start apart on the two sides, not a suite apart
-    from harness import ab
+    from harness import campaign
 
-    units = ab.groups(["amp", "telemetry"], skip=["clean_exit"])
+    units = campaign.units(["amp", "telemetry"], skip=["clean_exit"])
     assert [(g.name, g.cases) for g in units] == [
         ("amp", ("autocast_op_lists", "grad_scaler", "accuracy_parity")),
         ("amp.train_step", ("train_step",)), ("amp.gemm_ladder", ("gemm_ladder",)),
@@ -470,34 +471,34 @@ def test_ab_runs_each_benchmark_case_in_a_process_of_its_own():
         ("telemetry.sampling_overhead", ("sampling_overhead",))]
     assert units[1].selection() == ["--suite", "amp", "--only", "train_step"]
     # a selection of benchmarks alone has no group of conformance cases
-    assert [g.name for g in ab.groups(["amp"], case_filter="gemm")] == ["amp.gemm_ladder"]
+    assert [g.name for g in campaign.units(["amp"], case_filter="gemm")] == ["amp.gemm_ladder"]
 
 
 def test_a_benchmark_whose_level_is_drawn_per_process_gets_more_rounds():
     # this machine's calibration says which (its rounds factors): ab and matrix run its
     # further rounds after the others' rounds, in the same alternation, and the record says
     # how many it had; without a calibration every benchmark has the comparison's rounds
-    from harness import ab, matrix
+    from harness import ab, campaign
 
     cal = _calibration(factors={"rpc.round_trip": 4, "ddp_rpc.step_time": 3})
-    factors = {g.name: g.rounds_factor for g in ab.groups(["rpc", "ddp_rpc"], "t", cal=cal)}
+    factors = {g.name: g.rounds_factor for g in campaign.units(["rpc", "ddp_rpc"], "t", cal=cal)}
     assert factors["rpc.round_trip"] == 4 and factors["ddp_rpc.step_time"] == 3
     assert factors["rpc.batched_update"] == 1 and factors["rpc"] == 1
-    assert {g.rounds_factor for g in ab.groups(["rpc", "ddp_rpc"], "t")} == {1}
-    more, once = ab.Group("rpc", ("round_trip",), True, 2), ab.Group("amp", ("gemm_ladder",), True)
-    plan = ab.plan_rounds([more, once], 2)
-    assert [(s, side) for s, _, side in plan] == [
+    assert {g.rounds_factor for g in campaign.units(["rpc", "ddp_rpc"], "t")} == {1}
+    more = campaign.Unit("rpc", ("round_trip",), True, 2)
+    once = campaign.Unit("amp", ("gemm_ladder",), True)
+    plan = campaign.plan([more, once], 2, campaign.rounds_wanted([more, once], 2))
+    assert [(u.name, "AB"[i]) for u, _, i in plan] == [
         ("rpc.round_trip", "A"), ("rpc.round_trip", "B"), ("amp.gemm_ladder", "A"),
         ("amp.gemm_ladder", "B"), ("rpc.round_trip", "B"), ("rpc.round_trip", "A"),
         ("amp.gemm_ladder", "B"), ("amp.gemm_ladder", "A"),
         ("rpc.round_trip", "A"), ("rpc.round_trip", "B"), ("rpc.round_trip", "B"),
         ("rpc.round_trip", "A")]
-    assert [(i, side) for s, i, side in plan if s == more.name] == list(
-        enumerate(ab.schedule(4)))
-    assert ab.more_rounds([more, once], 2) == {"rpc.round_trip": 4}
+    assert "".join("AB"[i] for u, _, i in plan if u == more) == ab.schedule(4)
+    assert campaign.more_rounds([more, once], 2) == {"rpc.round_trip": 4}
     # a matrix of three sides: each round rotates the sides, the further rounds included
-    sides = matrix.plan([more, once], 3, 1)
-    assert [(r, u.name, i) for r, u, i in sides] == [
+    sides = campaign.plan([more, once], 3, campaign.rounds_wanted([more, once], 1))
+    assert [(r, u.name, i) for u, r, i in sides] == [
         (0, "rpc.round_trip", 0), (0, "rpc.round_trip", 1), (0, "rpc.round_trip", 2),
         (0, "amp.gemm_ladder", 0), (0, "amp.gemm_ladder", 1), (0, "amp.gemm_ladder", 2),
         (1, "rpc.round_trip", 1), (1, "rpc.round_trip", 2), (1, "rpc.round_trip", 0)]
@@ -514,34 +515,32 @@ def _judged(case: str, to_decide: list[int | None], verdict: str = "inconclusive
 
 
 def test_the_further_rounds_go_to_the_benchmarks_with_inconclusive_figures():
-    from harness import ab
+    from harness import campaign
 
-    units = [ab.Group("amp", ("grad_scaler",)), ab.Group("amp", ("gemm_ladder",), True),
-             ab.Group("amp", ("train_step",), True), ab.Group("rpc", ("round_trip",), True, 4),
-             ab.Group("telemetry", ("sampling_overhead",), True)]
+    unit = campaign.Unit
+    units = [unit("amp", ("grad_scaler",)), unit("amp", ("gemm_ladder",), True),
+             unit("amp", ("train_step",), True), unit("rpc", ("round_trip",), True, 4),
+             unit("telemetry", ("sampling_overhead",), True)]
     changes = [*_judged("amp/gemm_ladder", [7, 8, 6]),
                *_judged("amp/train_step", [12, None]),  # one no number of rounds decides
                *_judged("rpc/round_trip", [30, 70]),
                *_judged("telemetry/sampling_overhead", [9, 40], verdict="unchanged")]
     done = {u.name: u.rounds_of(5) for u in units}
     # the most any of its inconclusive figures needs, at most the cap (times its factor)
-    assert ab.rounds_to_decide(changes, units, done, 10) == {
+    assert campaign.rounds_to_decide(changes, units, done, 10) == {
         "amp.gemm_ladder": 8, "amp.train_step": 10, "rpc.round_trip": 40}
     # nothing further where the cap is what the comparison already had, or all are decided
-    assert ab.rounds_to_decide(changes, units, done, 5) == {}
+    assert campaign.rounds_to_decide(changes, units, done, 5) == {}
     decided = [*_judged("amp/gemm_ladder", [7], verdict="regression")]
-    assert ab.rounds_to_decide(decided, units, done, 10) == {}
+    assert campaign.rounds_to_decide(decided, units, done, 10) == {}
 
 
-def test_ab_runs_the_further_rounds_an_inconclusive_benchmark_needs_in_the_same_alternation(
-        tmp_path, monkeypatch):
-    """A fake A/A of two benchmarks whose level is drawn per process: "noisy" by +-15% (a
-    GEMM in a noisy hour), "quiet" by +-0.5%. The quiet one is shown unchanged in its 5
-    rounds; the noisy one is inconclusive and gets further rounds, after everyone's first
-    rounds, continuing its A B B A schedule, up to the cap; its verdicts use them all."""
-    from harness import ab
+def _fake_campaign(monkeypatch, rng) -> list:
+    """A campaign's processes faked: two benchmarks whose level is drawn per process, "noisy"
+    by +-15% (a GEMM in a noisy hour) and "quiet" by +-0.5%, every side the same build (an
+    A/A); returns the two units."""
+    from harness import campaign
 
-    rng = np.random.default_rng(21)
     spread = {"noisy": 0.15, "quiet": 0.005}
 
     def fake_round(python, selection, args, out, log):
@@ -552,10 +551,21 @@ def test_ab_runs_the_further_rounds_an_inconclusive_benchmark_needs_in_the_same_
         records.write_json_atomic(out / "m" / "run.json", run)
         return out / "m" / "run.json"
 
-    monkeypatch.setattr(ab, "run_round", fake_round)
-    monkeypatch.setattr(ab, "python_of", Path)
-    monkeypatch.setattr(ab, "torch_version", lambda python: "2.x")
-    units = [ab.Group("s", ("noisy",), True), ab.Group("s", ("quiet",), True)]
+    monkeypatch.setattr(campaign, "run_round", fake_round)
+    monkeypatch.setattr(campaign, "python_of", Path)
+    monkeypatch.setattr(campaign, "torch_version", lambda python: "2.x")
+    return [campaign.Unit("s", ("noisy",), True), campaign.Unit("s", ("quiet",), True)]
+
+
+def test_ab_runs_the_further_rounds_an_inconclusive_benchmark_needs_in_the_same_alternation(
+        tmp_path, monkeypatch):
+    """A fake A/A of two benchmarks whose level is drawn per process: "noisy" by +-15% (a
+    GEMM in a noisy hour), "quiet" by +-0.5%. The quiet one is shown unchanged in its 5
+    rounds; the noisy one is inconclusive and gets further rounds, after everyone's first
+    rounds, continuing its A B B A schedule, up to the cap; its verdicts use them all."""
+    from harness import ab
+
+    units = _fake_campaign(monkeypatch, np.random.default_rng(21))
     said = []
     res = ab.ab("a", "b", units, [], 5, tmp_path, said.append, max_rounds=10,
                 cal=_calibration())
@@ -570,8 +580,11 @@ def test_ab_runs_the_further_rounds_an_inconclusive_benchmark_needs_in_the_same_
     assert "further rounds for the inconclusive figures: s.noisy 10" in said
     folders = sorted(f.name for f in (res["dir"] / "rounds").iterdir())
     assert len([f for f in folders if f.startswith("s.quiet-")]) == 10
-    noisy = [f.split("-")[1:] for f in folders if f.startswith("s.noisy-")]
-    assert [(int(i), side) for i, side in noisy] == list(enumerate(ab.schedule(10)))
+    noisy = sorted(f.split("-")[1:] for f in folders if f.startswith("s.noisy-"))
+    assert noisy == [[f"{r:02d}", side] for r in range(10) for side in "AB"]
+    # the further rounds kept the alternation: each round's first side, from the log
+    firsts = [line.split()[1] for line in said if "s.noisy (round" in line]
+    assert "".join(firsts[::2]) == ab.schedule(10)[::2]
     assert {e["case"]: e["details"]["rounds"] for e in res["B"]["results"]} == {
         "noisy": 10, "quiet": 5}
     verdicts = {c.case.split("[")[0]: set() for c in res["changes"]}
@@ -583,25 +596,62 @@ def test_ab_runs_the_further_rounds_an_inconclusive_benchmark_needs_in_the_same_
     assert json.loads((again["dir"] / "ab.json").read_text())["more_rounds"] == {}
 
 
+def test_the_matrix_runs_further_rounds_on_every_side_through_the_same_engine(
+        tmp_path, monkeypatch):
+    """The A/A of the test above as a matrix of three sides (one environment thrice): the
+    noisy benchmark, inconclusive in some step, gets its further rounds on all three sides,
+    each round in its rotation; the record keeps each stage's verdicts."""
+    from harness import matrix
+
+    units = _fake_campaign(monkeypatch, np.random.default_rng(22))
+    said: list[str] = []
+    res = matrix.matrix(["a", "b", "c"], units, [], 4, tmp_path, said.append,
+                        cal=_calibration(), max_rounds=8)
+    record = json.loads((res["dir"] / "matrix.json").read_text())
+    assert record["more_rounds"] == {"s.noisy": 8}
+    assert record["max_rounds"]["cap"] == 8 and record["max_rounds"]["stages"] == [
+        {"s.noisy": 8}]
+    first, last = record["max_rounds"]["judged"]
+    assert first["rounds"]["s.noisy"] == 4 and last["rounds"]["s.noisy"] == 8
+    assert first["counts"]["inconclusive"] >= 1
+    folders = [f.name for f in (res["dir"] / "rounds").iterdir()]
+    assert sorted(f.split("-", 1)[1] for f in folders if f.startswith("s.noisy-")) == [
+        f"{r:02d}-{i}" for r in range(8) for i in range(3)]
+    assert len([f for f in folders if f.startswith("s.quiet-")]) == 4 * 3
+    # each round's sides in its rotation, the further rounds included
+    order = [line.split()[1] for line in said if "s.noisy (round" in line]
+    assert order == [label for r in range(8) for label in (["a", "b", "c"] * 2)[r % 3:][:3]]
+    assert [len(s["counts"]) > 0 for s in record["steps"]] == [True, True]
+    # judged again from the stored rounds: the same steps
+    assert matrix.judge_again(res["dir"], cal=_calibration())["steps"] == record["steps"]
+
+
 def test_ab_loads_a_units_rounds_in_the_order_of_their_index_past_99(tmp_path):
     # 52 rounds (13 a side times a rounds_factor of 4) name folders -00- to -103-; read as
     # text, -100- would come before -11- and pair round 50 of A with round 5 of B
-    from harness import ab
+    from harness import ab, campaign
 
     for i, side in enumerate(ab.schedule(52)):
         records.write_json_atomic(tmp_path / "rounds" / f"rpc.round_trip-{i:02d}-{side}" / "m"
                                   / "run.json", _run([], index=i))
-    loaded = ab.load_rounds(tmp_path)
+    loaded = campaign.load_rounds(tmp_path)
     for side in ("A", "B"):
         assert [r["results"][0]["index"] for r in loaded[side]] == [
             i for i, s in enumerate(ab.schedule(52)) if s == side]
+    # the folders of the campaign engine are named by round, both sides of a round alike
+    for r in range(52):
+        for side in "AB":
+            records.write_json_atomic(tmp_path / "by-round" / "rounds" / f"u-{r:02d}-{side}"
+                                      / "m" / "run.json", _run([], index=r))
+    loaded = campaign.load_rounds(tmp_path / "by-round")
+    assert [r["results"][0]["index"] for r in loaded["B"]] == list(range(52))
 
 
 def test_ab_pairs_a_cases_rounds_by_its_own_runs_whatever_else_a_process_ran():
     # A side's rounds of a case sit among other processes' runs of its suite (its suite's
     # conformance cases, its other benchmarks), in whatever order the side's runs come: the
     # k-th run holding the case is its k-th round, a contended one counted too
-    from harness import ab
+    from harness import campaign
 
     def side(values: list[float | None], other_first: bool) -> list[dict]:
         other = _run([{"name": "t", "value": 1.0, "kind": "time"}], case="other")
@@ -613,22 +663,22 @@ def test_ab_pairs_a_cases_rounds_by_its_own_runs_whatever_else_a_process_ran():
             runs += [other, e] if other_first else [e, other]
         return runs
 
-    reps = ab.round_values(side([1.0, None, 1.2], True), side([1.1, 1.5, 1.3], False))
+    reps = campaign.round_values(side([1.0, None, 1.2], True), side([1.1, 1.5, 1.3], False))
     (rep,) = [r for k, r in reps.items() if "other" not in k[0]]
     assert rep.paired and rep.baseline == [1.0, 1.2] and rep.candidate == [1.1, 1.3]
 
 
 def test_ab_goes_round_by_round_so_one_sides_rounds_of_a_suite_are_never_back_to_back():
-    from harness import ab
+    from harness import ab, campaign
 
-    plan = ab.plan_rounds([ab.Group("amp", ("a",)), ab.Group("rpc", ("b",))], 3)
-    assert [(s, side) for s, _, side in plan] == [
+    units = [campaign.Unit("amp", ("a",)), campaign.Unit("rpc", ("b",))]
+    plan = campaign.plan(units, 2, campaign.rounds_wanted(units, 3))
+    assert [(u.name, "AB"[i]) for u, _, i in plan] == [
         ("amp", "A"), ("amp", "B"), ("rpc", "A"), ("rpc", "B"),
         ("amp", "B"), ("amp", "A"), ("rpc", "B"), ("rpc", "A"),
         ("amp", "A"), ("amp", "B"), ("rpc", "A"), ("rpc", "B")]
-    for suite in ("amp", "rpc"):  # each suite's indices follow its A B B A A B schedule
-        mine = [(i, side) for s, i, side in plan if s == suite]
-        assert mine == list(enumerate(ab.schedule(3)))
+    for unit in units:  # each suite's sides follow its A B B A A B schedule
+        assert "".join("AB"[i] for u, _, i in plan if u == unit) == ab.schedule(3)
 
 
 def _rate_run(aborted: int, trials: int) -> dict:
@@ -657,13 +707,13 @@ def test_a_case_failing_on_a_rate_is_judged_by_the_rate_not_the_outcome_flip():
 
 
 def test_ab_merges_rounds_pooling_samples_and_leaving_contended_ones_out():
-    from harness import ab
+    from harness import campaign
 
     rng = np.random.default_rng(9)
     good = [_run([_metric("t", _samples(rng, 1.0, n=20))]) for _ in range(2)]
     busy = _run([_metric("t", _samples(rng, 5.0, n=20))],
                 telemetry={"valid": False, "invalid_reasons": ["host busy"]})
-    merged = ab.merge_runs([*good, busy])
+    merged = campaign.merge_runs([*good, busy])
     (e,) = merged["results"]
     (m,) = e["metrics"]
     assert m["stats"]["n"] == 40 and m["value"] < 1.2
@@ -710,12 +760,12 @@ def _trusting_steady() -> calibration.Calibration:
 
 def _steady(a_rounds: list[dict], b_rounds: list[dict], keep_sessions: bool = True,
             cal: calibration.Calibration | None = None):
-    from harness import ab
+    from harness import campaign
 
-    reps = ab.round_values(a_rounds, b_rounds)
+    reps = campaign.round_values(a_rounds, b_rounds)
     if not keep_sessions:
         reps = {k: r._replace(within=None) for k, r in reps.items()}
-    changes = compare.compare_runs(ab.merge_runs(a_rounds), ab.merge_runs(b_rounds),
+    changes = compare.compare_runs(campaign.merge_runs(a_rounds), campaign.merge_runs(b_rounds),
                                    compare.AB_THRESHOLDS, replicates=reps,
                                    cal=_trusting_steady() if cal is None else cal)
     return next(c for c in changes if c.labels["path"] == "steady"), changes
@@ -742,17 +792,17 @@ def test_a_figure_judged_on_its_sessions_is_held_to_its_tolerance_on_them_too():
     pooled figure moved 8% (a level flipping by session moves a pooled quantile): within the
     5% tolerance, so unchanged; the verdict rests on one statistic, not the test on one and
     the tolerance on another."""
-    from harness import ab
+    from harness import campaign
 
     rng = np.random.default_rng(23)
     a_rounds = _latency_rounds(rng, 5, session_sd=0.01)
     b_rounds = _latency_rounds(rng, 5, change=1.03, session_sd=0.01)
-    a, b = ab.merge_runs(a_rounds), ab.merge_runs(b_rounds)
+    a, b = campaign.merge_runs(a_rounds), campaign.merge_runs(b_rounds)
     (pa,) = [m for m in a["results"][0]["metrics"] if m["labels"]["path"] == "steady"]
     (pb,) = [m for m in b["results"][0]["metrics"] if m["labels"]["path"] == "steady"]
     pb["value"] = pa["value"] * 1.08
     changes = compare.compare_runs(a, b, compare.AB_THRESHOLDS,
-                                   replicates=ab.round_values(a_rounds, b_rounds),
+                                   replicates=campaign.round_values(a_rounds, b_rounds),
                                    cal=_trusting_steady())
     steady = next(c for c in changes if c.labels["path"] == "steady")
     assert steady.factor > 1.07 and 1.01 < steady.extra["judged_factor"] < 1.05
@@ -761,8 +811,8 @@ def test_a_figure_judged_on_its_sessions_is_held_to_its_tolerance_on_them_too():
     assert "significant" in steady.why and "inside the 5% tolerance" in steady.why
     # a change past the tolerance on its sessions is flagged: the check is not a no-op
     b_rounds = _latency_rounds(rng, 5, change=1.12, session_sd=0.01)
-    changes = compare.compare_runs(a, ab.merge_runs(b_rounds), compare.AB_THRESHOLDS,
-                                   replicates=ab.round_values(a_rounds, b_rounds),
+    changes = compare.compare_runs(a, campaign.merge_runs(b_rounds), compare.AB_THRESHOLDS,
+                                   replicates=campaign.round_values(a_rounds, b_rounds),
                                    cal=_trusting_steady())
     assert next(c for c in changes if c.labels["path"] == "steady").verdict == "regression"
 
@@ -774,9 +824,10 @@ def test_sessions_that_understate_the_spread_between_processes_are_not_trusted()
     rng = np.random.default_rng(22)
     a_rounds = _latency_rounds(rng, 5, session_sd=0.01, process_sd=0.3)
     b_rounds = _latency_rounds(rng, 5, session_sd=0.01, process_sd=0.3)
-    from harness import ab
+    from harness import campaign
 
-    rep = next(r for k, r in ab.round_values(a_rounds, b_rounds).items() if "steady" in k[1][1])
+    reps = campaign.round_values(a_rounds, b_rounds)
+    rep = next(r for k, r in reps.items() if "steady" in k[1][1])
     assert rep.within is not None and compare._rounds_exceed(*rep[:2], rep.within)
     steady, changes = _steady(a_rounds, b_rounds)
     assert compare.counts(changes)["regression"] == compare.counts(changes)["improvement"] == 0
@@ -787,11 +838,11 @@ def test_without_a_calibration_a_figures_sessions_are_not_trusted_alone():
     per process that the sessions miss shows in a long A/A, not in three rounds): without a
     calibration that found so, the figure is judged by its family, held at least at its
     sessions' spread, whatever its sessions say alone."""
-    from harness import ab
+    from harness import campaign
 
     rng = np.random.default_rng(21)
     a_rounds, b_rounds = _latency_rounds(rng, 3), _latency_rounds(rng, 3, change=1.15)
-    rep = next(r for k, r in ab.round_values(a_rounds, b_rounds).items()
+    rep = next(r for k, r in campaign.round_values(a_rounds, b_rounds).items()
                if "steady" in k[1][1])
     assert rep.within is not None and not compare._rounds_exceed(*rep[:2], rep.within)
     trusted = _steady(a_rounds, b_rounds)[0]
@@ -882,14 +933,15 @@ def test_the_history_of_a_figure_measured_in_sessions_spreads_at_least_as_its_se
 def _paired_family(rng, change: float, sd: float, rounds: int, members: int = 6):
     """ab's merged sides and rounds of a family of figures whose round-to-round B/A ratio
     wanders by `sd` (log), B slower by `change`."""
-    from harness import ab
+    from harness import campaign
 
     levels = list(rng.lognormal(0, 0.1, rounds))
     a_rounds = _rounds(levels, rng, members=members)
     b_rounds = [_run([_metric("t", _samples(rng, lv * change * rng.lognormal(0, sd), n=20,
                                             spread=0.005), labels={"i": i})
                       for i in range(members)]) for lv in levels]
-    return ab.merge_runs(a_rounds), ab.merge_runs(b_rounds), ab.round_values(a_rounds, b_rounds)
+    return (campaign.merge_runs(a_rounds), campaign.merge_runs(b_rounds),
+            campaign.round_values(a_rounds, b_rounds))
 
 
 def test_unchanged_only_where_the_interval_lies_inside_the_tolerance():

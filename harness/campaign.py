@@ -1,0 +1,460 @@
+"""A campaign: the same cases under N sides (torch environments), each unit in fresh processes,
+round by round on one machine. `ab` is a campaign of two sides, `matrix` one of N, and
+`calibrate` an A/A campaign; each adds only its own record and output.
+
+The unit of work is a `Unit`: what one fresh process runs in a round, a suite's conformance
+cases together or one benchmark case alone. A round runs every unit on every side, the sides in
+an order rotated from round to round (A B, then B A, for two sides), so that each side goes
+first as often as the others, and a state of a shared machine that lasts a minute (a busy
+neighbour, the page cache) falls on one round of every side rather than on rounds of one side.
+The variance between processes, which dominates on a shared machine, is so sampled on each
+side, and a round's sides, measured back to back, pair.
+
+On disk a campaign is a folder: `rounds/<unit>-<round>-<side>/` holds each process's run,
+`logs/side-<side>.log` its output, `side-<side>.json` each side's merged run (samples pooled,
+contended rounds left out), beside the record of the command that made it. Two sides are judged
+by `harness.compare`, each figure on its rounds' ratios (`round_values`). A benchmark with
+inconclusive figures gets the further rounds its spread says would decide them, up to a cap
+(`extend`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from harness import compare, records, stats
+
+if TYPE_CHECKING:  # calibration measures with this module's rounds
+    from harness.calibration import Calibration
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTCOME_ORDER = ("error", "fail", "invalid", "pass", "skip")  # the worst first
+
+
+class CampaignError(Exception):
+    """An environment that cannot run the suites, or a folder that is not a campaign (the
+    message is one line)."""
+
+
+# ---------------------------------------------------------------- sides
+
+def python_of(spec: str) -> Path:
+    """The Python executable of a venv folder, or the executable itself."""
+    p = Path(spec)
+    if p.is_dir():
+        for candidate in (p / "bin" / "python", p / "Scripts" / "python.exe"):
+            if candidate.exists():
+                return candidate
+        raise CampaignError(f"{spec}: not a virtual environment (no bin/python)")
+    if p.is_file() and os.access(p, os.X_OK):
+        return p
+    raise CampaignError(f"{spec}: neither a venv folder nor a Python executable")
+
+
+def _checkout_env() -> dict[str, str]:
+    # the project from this checkout, whatever the environment has installed
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return os.environ | {"PYTHONPATH": path}
+
+
+def torch_version(python: Path) -> str:
+    """torch's version in that environment; raises CampaignError when it cannot run the
+    suites."""
+    try:
+        out = subprocess.run([str(python), "-c",
+                              "import harness.cli, torch; print(torch.__version__)"],
+                             capture_output=True, text=True, env=_checkout_env(), cwd=ROOT,
+                             timeout=300)
+    except OSError as e:  # the executable is gone or cannot be run
+        raise CampaignError(f"{python}: cannot run the suites ({e.strerror})") from e
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["exit status " + str(out.returncode)])[-1]
+        raise CampaignError(f"{python}: cannot run the suites ({last})")
+    return out.stdout.strip()
+
+
+@dataclass(frozen=True)
+class Side:
+    """One environment of a campaign: `key` names its folders and files (A and B in an ab,
+    the position 0, 1, ... in a matrix), `label` is what the output calls it."""
+
+    key: str
+    label: str
+    python: Path
+    torch: str
+
+
+# ---------------------------------------------------------------- units and the schedule
+
+@dataclass(frozen=True)
+class Unit:
+    """What one fresh process runs in a round: a suite's conformance cases together, or one of
+    its benchmark cases alone."""
+
+    suite: str
+    cases: tuple[str, ...]
+    benchmark: bool = False
+    # its rounds are this many times the campaign's: more where this machine's calibration
+    # found its figures' level drawn per process (harness.calibration)
+    rounds_factor: int = 1
+
+    @property
+    def name(self) -> str:
+        """`suite` for its conformance cases, `suite.case` for a benchmark case."""
+        return f"{self.suite}.{self.cases[0]}" if self.benchmark else self.suite
+
+    def rounds_of(self, rounds: int) -> int:
+        """Its rounds in a campaign of `rounds` rounds."""
+        return rounds * self.rounds_factor
+
+    def selection(self) -> list[str]:
+        """The `run` options that select this unit's cases."""
+        return ["--suite", self.suite, *(a for case in self.cases for a in ("--only", case))]
+
+
+def units(suites: list[str], case_filter: str | None = None,
+          skip: Iterable[str] = (), cal: Calibration | None = None) -> list[Unit]:
+    """The units of the selected cases, suite by suite: the conformance cases, then each
+    benchmark case on its own. A benchmark in a process of its own is measured on the sides
+    of a round a process start apart, not a whole suite apart: the level of a DDP+RPC step
+    drifts within a minute here (5.1 to 7.7 ms over one ab's rounds), and while its suite ran
+    between the two sides it escaped a 25% slowdown that an ab of that case alone caught.
+    A benchmark's rounds factor comes from this machine's calibration `cal` (1 without)."""
+    from harness import registry, runner
+
+    out = []
+    for name in suites:
+        cases = [c for c in registry.load(name).cases if runner.selects(c, case_filter, skip)]
+        if checks := tuple(c.name for c in cases if c.kind != "benchmark"):
+            out.append(Unit(name, checks))
+        for c in cases:
+            if c.kind == "benchmark":
+                factor = cal.rounds_factor.get(f"{name}.{c.name}", 1) if cal else 1
+                out.append(Unit(name, (c.name,), benchmark=True, rounds_factor=factor))
+    return out
+
+
+def rotation(n_sides: int, rounds: int) -> list[list[int]]:
+    """The order of the sides in each round: rotated by one each round, so that over n rounds
+    each side runs first, second, ... once. For two sides: A B, B A, A B, ..."""
+    return [[(r + i) % n_sides for i in range(n_sides)] for r in range(rounds)]
+
+
+class Step(NamedTuple):
+    """One process of a campaign: a unit, in a round, on a side (its position)."""
+
+    unit: Unit
+    round: int
+    side: int
+
+
+def plan(units: list[Unit], n_sides: int, wanted: dict[str, int],
+         done: dict[str, int] | None = None) -> list[Step]:
+    """The processes that take each unit from `done` rounds (0 where absent) to `wanted`, in
+    the order they run: round by round, every unit's sides in that round's rotation. Two
+    rounds of one unit on one side are thus never back to back (run B B, a minute-long state
+    of a shared machine falls on both, and an A/A on a 2-core VM flagged an 18% change in a
+    busy matmul), and a unit with more rounds than the others goes on with its further rounds
+    once the others have had theirs."""
+    done = done or {}
+    most = max(wanted.values(), default=0)
+    return [Step(unit, r, i) for r, order in enumerate(rotation(n_sides, most))
+            for unit in units if done.get(unit.name, 0) <= r < wanted.get(unit.name, 0)
+            for i in order]
+
+
+def rounds_wanted(units: list[Unit], rounds: int) -> dict[str, int]:
+    """Each unit's rounds in a campaign of `rounds` (its rounds factor applied)."""
+    return {u.name: u.rounds_of(rounds) for u in units}
+
+
+def more_rounds(units: list[Unit], rounds: int) -> dict[str, int]:
+    """The rounds of each unit with more than the campaign's (for the record)."""
+    return {u.name: u.rounds_of(rounds) for u in units if u.rounds_factor != 1}
+
+
+def unit_of(case_key: str) -> str:
+    """The benchmark unit that measured a result (`compare.result_key`: suite/case[...])."""
+    return case_key.split("[", 1)[0].replace("/", ".", 1)
+
+
+# ---------------------------------------------------------------- running and the folder
+
+def run_round(python: Path, selection: list[str], args: list[str], out: Path,
+              log: Path) -> Path | None:
+    """One fresh process running the cases `selection` names (`--suite S`, maybe `--only C`);
+    the run file it wrote, or None."""
+    cmd = [str(python), "-m", "harness.cli", "run", *selection, "--out", str(out), *args]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as f:
+        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_checkout_env(), cwd=ROOT,
+                       check=False)
+    try:
+        return records.resolve_run(out)
+    except records.RecordError:
+        return None
+
+
+def log_path(base: Path, key: str) -> Path:
+    """Where the processes of a side write their output."""
+    return base / "logs" / f"side-{key}.log"
+
+
+def merged_path(base: Path, key: str) -> Path:
+    """Where a side's merged run is written."""
+    return base / f"side-{key}.json"
+
+
+@dataclass
+class Campaign:
+    """The sides and units of one campaign, and the folder `base` its rounds go to."""
+
+    base: Path
+    sides: list[Side]
+    units: list[Unit]
+    run_args: list[str]
+    progress: Callable[[str], None]
+
+    def run(self, steps: list[Step]) -> None:
+        """Run the processes of `steps`, each writing its run under `rounds/`; raises
+        CampaignError on the first that wrote none."""
+        for n, (unit, r, i) in enumerate(steps, 1):
+            side = self.sides[i]
+            self.progress(f"[{n}/{len(steps)}] {side.label} {unit.name} (round {r + 1}) ...")
+            t0 = time.perf_counter()
+            log = log_path(self.base, side.key)
+            where = self.base / "rounds" / f"{unit.name}-{r:02d}-{side.key}"
+            if run_round(side.python, unit.selection(), self.run_args, where, log) is None:
+                raise CampaignError(f"{side.label} (torch {side.torch}) wrote no run for "
+                                    f"{unit.name}; see {log}")
+            self.progress(f"[{n}/{len(steps)}] done in {time.perf_counter() - t0:.0f} s")
+
+
+def new_folder(out_dir: Path, kind: str) -> Path:
+    """A campaign's folder under `out_dir`, named by its kind and start (UTC)."""
+    return out_dir / f"{kind}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+
+
+def load_rounds(base: Path) -> dict[str, list[dict]]:
+    """The stored runs of `<base>/rounds/<unit>-<round>-<side>`, by side, each unit's in round
+    order (what `round_values` pairs by). Folders of ab before the campaign engine were named
+    by the unit's place in its A B B A schedule (0 to 2 x rounds - 1) rather than by round:
+    the same order per side."""
+    def order(folder: Path) -> tuple[str, int]:
+        # by the index's number: "-100-" sorts before "-11-" as text
+        unit, index, _ = folder.name.rsplit("-", 2)
+        return unit, int(index)
+
+    out: dict[str, list[dict]] = {}
+    if not (base / "rounds").is_dir():
+        return out
+    for folder in sorted((base / "rounds").iterdir(), key=order):
+        out.setdefault(folder.name.rsplit("-", 1)[1], []).append(
+            records.read_run(records.resolve_run(folder)))
+    return out
+
+
+# ---------------------------------------------------------------- merging a side's rounds
+
+def _merge_metric(ms: list[dict]) -> dict:
+    """Several rounds' figures of one metric as one: the median of the rounds' values, their
+    samples and sessions pooled."""
+    first = ms[0]
+    out = {k: v for k, v in first.items() if k not in ("samples", "stats", "value", "sessions")}
+    values = [m["value"] for m in ms if m.get("value") is not None]
+    out["value"] = float(np.median(values)) if values else None
+    if any(m.get("sessions") for m in ms):
+        out["sessions"] = [x for m in ms for x in (m.get("sessions") or [])]
+    pooled = [x for m in ms for x in (m.get("samples") or [])]
+    if pooled:
+        q = float((first.get("stats") or {}).get("q", 0.5))
+        out["samples"] = stats.thin(pooled)
+        out["stats"] = stats.summarize(pooled, q=q,
+                                       count=sum((m.get("stats") or {}).get("n", 0) for m in ms))
+    return out
+
+
+def merge_entries(entries: list[dict]) -> dict:
+    """One result entry from the rounds of one case; contended rounds are left out of its
+    figures (and said so), unless every round was contended."""
+    valid = [e for e in entries if not compare.contended(e)]
+    used = valid or entries
+    merged = dict(used[0])
+    merged["outcome"] = min((e["outcome"] for e in entries), key=OUTCOME_ORDER.index)
+    merged["reason"] = next((e["reason"] for e in entries if e["outcome"] == merged["outcome"]
+                             and e["reason"]), "")
+    by_metric: dict[Any, list[dict]] = {}
+    for e in used:
+        for m in e["metrics"]:
+            by_metric.setdefault(compare.metric_key(m), []).append(m)
+    merged["metrics"] = [_merge_metric(ms) for ms in by_metric.values()]
+    merged["notes"] = list(dict.fromkeys(n for e in entries for n in e.get("notes", [])))
+    if len(valid) < len(entries):
+        merged["notes"].append(f"ab: {len(entries) - len(valid)} of {len(entries)} rounds "
+                               f"measured contended; "
+                               + ("left out of the figures" if valid else "all kept: none valid"))
+    merged["telemetry"] = used[0].get("telemetry")
+    merged["elapsed_s"] = sum(e.get("elapsed_s", 0) for e in entries)
+    merged["details"] = {"rounds": len(entries), "rounds_used": len(used)}
+    return merged
+
+
+def merge_runs(runs: list[dict]) -> dict:
+    """One run per side: its cases in first-seen order, each merged over the rounds."""
+    grouped: dict[str, list[dict]] = {}
+    for run in runs:
+        for e in run["results"]:
+            grouped.setdefault(compare.result_key(e), []).append(e)
+    merged = dict(runs[0])
+    merged["results"] = [merge_entries(es) for es in grouped.values()]
+    merged["started"] = min(r["started"] for r in runs)
+    merged["finished"] = max((r["finished"] or r["started"]) for r in runs)
+    merged["notes"] = [f"merged from {len(runs)} runs (fresh processes, interleaved)"]
+    return merged
+
+
+# ---------------------------------------------------------------- judging two sides
+
+def _values(runs: list[dict]) -> dict[tuple, dict[int, tuple[float, list[float] | None]]]:
+    """Each metric's value in each valid round, by round (the run's place among this side's
+    runs of its case): one value per fresh process, with the figure in each of that
+    process's sessions where the case measures in sessions."""
+    out: dict[tuple, dict[int, tuple[float, list[float] | None]]] = {}
+    seen: dict[str, int] = {}  # case -> runs of it so far, contended ones too
+    for run in runs:
+        for e in run["results"]:
+            case = compare.result_key(e)
+            if not compare.contended(e):
+                for m in e["metrics"]:
+                    if (v := compare.run_value(m)) is not None:
+                        out.setdefault((case, compare.metric_key(m)), {})[
+                            seen.get(case, 0)] = (v, m.get("sessions"))
+            seen[case] = seen.get(case, 0) + 1
+    return out
+
+
+def within_rounds(a: list[list[float] | None],
+                  b: list[list[float] | None]) -> tuple[float, float] | None:
+    """(variance, degrees of freedom) of a round's log ratio B/A as the sessions predict it:
+    the sessions' variance of log values, pooled over every round of both sides, over the
+    sessions a side's figure pools (sum of 1/n for the two sides, averaged over rounds).
+    None unless every round of both sides has at least two sessions."""
+    if (pooled := stats.pooled_log_variance([*a, *b])) is None:
+        return None
+    per_round = float(np.mean([1 / len(x) + 1 / len(y) for x, y in zip(a, b, strict=True)]))
+    return pooled[0] * per_round, pooled[1]
+
+
+def round_values(a_runs: list[dict], b_runs: list[dict]) -> compare.Replicates:
+    """The spread between processes, for compare: each side's per-round values, paired by
+    round where both sides have at least two rounds in common. A round runs the sides back
+    to back, so a state of the machine that lasts minutes moves both alike (in one A/A here a
+    GEMM's time varied 10% from process to process, its B/A ratio within a round 4%). A figure
+    measured in sessions also brings the spread its sessions predict for a round's ratio."""
+    a, b = _values(a_runs), _values(b_runs)
+    out: compare.Replicates = {}
+    for k in a.keys() & b.keys():
+        common = sorted(a[k].keys() & b[k].keys())
+        if len(common) >= 2:
+            out[k] = compare.RoundValues(
+                [a[k][r][0] for r in common], [b[k][r][0] for r in common], paired=True,
+                within=within_rounds([a[k][r][1] for r in common], [b[k][r][1] for r in common]))
+        else:
+            out[k] = compare.RoundValues([v for v, _ in a[k].values()],
+                                         [v for v, _ in b[k].values()])
+    return out
+
+
+def judge_pair(a_runs: list[dict], b_runs: list[dict], merged_a: dict, merged_b: dict,
+               thresholds: dict[str, float] | None = None, history: list[dict] | None = None,
+               cal: Calibration | None = None) -> list[compare.Change]:
+    """The verdicts of side B against side A: their merged runs judged with the rounds'
+    spread (and the history's and the calibration's as floors under it)."""
+    return compare.compare_runs(merged_a, merged_b,
+                                {**compare.AB_THRESHOLDS, **(thresholds or {})},
+                                history=history, replicates=round_values(a_runs, b_runs),
+                                cal=cal)
+
+
+# ---------------------------------------------------------------- further rounds
+
+def rounds_to_decide(changes: list[compare.Change], units: list[Unit],
+                     done: dict[str, int], max_rounds: int) -> dict[str, int]:
+    """How many rounds in all each benchmark needs to decide its inconclusive figures, where
+    that is more than it had (`done`): {unit's name: rounds}, at most `max_rounds` (times its
+    rounds_factor).
+
+    A figure's `rounds_to_decide` is what its interval needs to shrink to the nearer of its
+    decisions (inside the tolerance, or clear of no change) at its spread; a figure no number
+    of rounds decides (a change right at the tolerance) asks for the cap. A benchmark whose
+    figures are all decided costs nothing more; the rounds go where the doubt is. `changes`
+    may hold several pairs of sides (a matrix's steps): a unit gets what its most doubtful
+    figure in any of them needs."""
+    by_unit: dict[str, list[float]] = {}
+    for c in changes:
+        if c.verdict == "inconclusive" and c.extra.get("se_log") is not None:
+            by_unit.setdefault(unit_of(c.case), []).append(
+                math.inf if c.rounds_to_decide is None else c.rounds_to_decide)
+    out = {}
+    for unit in units:
+        if not unit.benchmark or not (need := by_unit.get(unit.name)):
+            continue
+        had, cap = done.get(unit.name, 0), unit.rounds_of(max_rounds)
+        want = min(cap, max(need))
+        if want > had:
+            out[unit.name] = int(want)
+    return out
+
+
+def stage(changes: list[compare.Change], done: dict[str, int], started: float) -> dict:
+    """One judging of a growing campaign: each benchmark's rounds so far, the verdict counts,
+    each figure's verdict, and the minutes since the first round."""
+    return {"rounds": dict(done), "minutes": round((time.monotonic() - started) / 60, 1),
+            "counts": compare.counts(changes),
+            "verdicts": {f"{c.case} {c.name}": c.verdict for c in changes}}
+
+
+@dataclass
+class Extension:
+    """What `extend` did: the rounds asked for at each stage, and each judging, the first
+    being what the campaign's own rounds decided (what the further rounds bought, and at what
+    cost). `to_json` is what the records keep under "max_rounds"."""
+
+    cap: int
+    stages: list[dict[str, int]]
+    judged: list[dict]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cap": self.cap, "stages": self.stages, "judged": self.judged}
+
+
+def extend(campaign: Campaign, judge: Callable[[], list[compare.Change]], rounds: int,
+           max_rounds: int, started: float,
+           on_stage: Callable[[Extension, dict[str, int]], None]) -> Extension:
+    """Further rounds for the benchmarks with inconclusive figures, stage by stage, until
+    every figure is decided or each has `max_rounds` (times its rounds factor). `judge` gives
+    the verdicts of the rounds so far (every pair of sides the campaign judges); `on_stage`
+    hears of each stage (what was done so far, and each unit's rounds in all) before its
+    rounds are judged, so that the record the judging writes can say so."""
+    done = rounds_wanted(campaign.units, rounds)
+    changes = judge()
+    ext = Extension(max_rounds, [], [stage(changes, done, started)])
+    while wanted := rounds_to_decide(changes, campaign.units, done, max_rounds):
+        campaign.progress("further rounds for the inconclusive figures: " + ", ".join(
+            f"{name} {n}" for name, n in wanted.items()))
+        campaign.run(plan(campaign.units, len(campaign.sides), wanted, done))
+        done.update(wanted)
+        ext.stages.append(wanted)
+        on_stage(ext, done)
+        changes = judge()
+        ext.judged.append(stage(changes, done, started))
+    return ext

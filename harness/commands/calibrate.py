@@ -1,0 +1,72 @@
+"""`release-bench calibrate`: an A/A campaign of this machine's benchmarks, and the
+calibration it gives (`harness.calibrate`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from harness import records
+from harness.commands import ab as ab_command
+from harness.commands import common, judging
+from harness.commands.common import EXIT_OK, UsageError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common.add_selection(parser)
+    parser.add_argument("--rounds", type=int, default=8, metavar="K",
+                        help="rounds a side (default 8: each figure's spread on 7 degrees of "
+                             "freedom, its family's on many more)")
+    parser.add_argument("--python", metavar="PY", default=sys.executable,
+                        help="the environment to calibrate with (default: this Python)")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="where the calibration goes (default: results/calibration)")
+    parser.add_argument("--work", default="results/scratch/calibrate", metavar="DIR",
+                        help="where the A/A's rounds go")
+
+
+def main(args) -> int:
+    from pathlib import Path
+
+    from harness import ab, calibrate, calibration, campaign, compare, machine, summary
+
+    suites = common.selected_suites(args)
+    if args.rounds < 3:
+        raise UsageError(f"--rounds must be at least 3 to measure a spread, got {args.rounds}")
+    units = [u for u in judging.units(suites, args) if u.benchmark]
+    if not units:
+        raise UsageError("nothing to calibrate: no benchmark case matches the selection")
+    root = Path(args.out) if args.out else calibration.CALIBRATIONS
+    started = records.now()
+    try:
+        res = ab.ab(args.python, args.python, units, common.run_args(args), args.rounds,
+                    Path(args.work), lambda s: print(s, file=sys.stderr, flush=True))
+    except campaign.CampaignError as e:
+        raise UsageError(f"calibrate: {e}") from e
+    fingerprint = res["A"]["machine"]
+    measured = {"started": started, "finished": records.now(), "rounds": args.rounds,
+                "design": "sequential", "profile": args.profile,
+                "torch": (fingerprint.get("torch") or {}).get("version"),
+                "commit": (fingerprint.get("project") or {}).get("commit"),
+                "command": ["release-bench", *sys.argv[1:]] if sys.argv[1:2] == ["calibrate"]
+                else ["release-bench", "calibrate"],
+                "ab": str(res["dir"]), "aa_counts": compare.counts(res["changes"])}
+    by_side = campaign.load_rounds(res["dir"])
+    cal = calibrate.measure(by_side["A"], by_side["B"], machine.fingerprint(),
+                              [u.name for u in units], ab_command.DEFAULT_ROUNDS, measured)
+    path = calibration.write(cal, root)
+    doc = cal.to_json()
+    print(summary.table_text([
+        {"family": f"{f['case']} {f['kind']}", "sd of log B/A": f"{100 * f['sd_log_ratio']:.1f}%",
+         "detectable at 5 rounds": f"{100 * f['detectable_at']['5']:.1f}%",
+         "rounds for 10%": f["rounds_for"]["0.1"], "rounds for 5%": f["rounds_for"]["0.05"],
+         "level per process": f["per_process"]} for f in doc["families"]], limit=200))
+    print("rounds factors: " + ", ".join(f"{u} {n}" for u, n in doc["rounds_factor"].items()))
+    print("A/A verdicts: " + ", ".join(f"{n} {v}" for v, n in measured["aa_counts"].items()))
+    print(f"calibration written to {path}")
+    return EXIT_OK
+
+
+COMMANDS = (common.Command("calibrate", "an A/A comparison of this machine's benchmarks: how "
+                           "much each figure wanders from round to round, which compare and "
+                           "ab then use", add_arguments, main),)

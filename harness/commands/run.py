@@ -1,0 +1,141 @@
+"""`release-bench run`: run suites and write a run record; node 0's part of a run across hosts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from harness import records
+from harness.cases import DEVICES, param_id
+from harness.commands import common
+from harness.commands.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common.add_selection(parser)
+    parser.add_argument("--device", action="append", choices=DEVICES,
+                        help="cpu or cuda (repeatable; default: every device present)")
+    parser.add_argument("--out", default="results/runs", metavar="DIR",
+                        help="where runs go, one folder per machine (default: results/runs)")
+    parser.add_argument("--no-telemetry", action="store_true",
+                        help="do not sample the hardware while cases run")
+    parser.add_argument("--telemetry-interval", type=common.positive_float, default=0.1,
+                        metavar="S",
+                        help="seconds between telemetry samples (default: 0.1, i.e. 10 Hz)")
+    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        type=common.param,
+                        help="set a parameter of every case that has it, e.g. --param "
+                             "batch=256 --param tf32=true (values are JSON: numbers, "
+                             "true/false, strings)")
+    parser.add_argument("--only", action="append", metavar="CASE",
+                        help="only the case named CASE exactly (repeatable); `ab` runs each "
+                             "benchmark case in a process of its own with it")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print what would run (any device, present or not) and stop")
+    common.add_expectations(parser)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """`run`'s options on their own: what `multihost` passes on to node 0."""
+    parser = common.Parser(prog="release-bench run")
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def main(args, hosts: list[dict] | None = None) -> int:
+    """`run`; with `hosts` (node 0 of a run across hosts) the cases that need one host are
+    left out, and the record lists every host."""
+    from harness import registry, runner, summary, telemetry
+
+    suites = [registry.load(n) for n in common.selected_suites(args)]
+    devices = _devices(args.device, args.dry_run)
+    overrides = dict(args.param)
+    planned = runner.plan(suites, args.profile, devices, args.case, overrides, args.skip,
+                          args.only)
+    notes = []
+    if hosts is not None:
+        one_host = [p for p in planned if "one_host" in p.case.needs]
+        planned = [p for p in planned if "one_host" not in p.case.needs]
+        notes = [f"across {len(hosts)} hosts: left out {p.label}, which runs on one host only "
+                 f"(it kills workers by pid, or runs its own processes)" for p in one_host]
+        for line in notes:
+            print(line, file=sys.stderr)
+    if not planned:
+        raise UsageError("nothing to run: no case matches the given suite, case, skip and device")
+    known = {k for p in planned for k in (*p.params, *p.case.options)}
+    if unknown_params := sorted(set(overrides) - known):
+        raise UsageError(f"no case to run takes parameter {unknown_params[0]!r} "
+                         f"(parameters: {', '.join(sorted(known)) or 'none'})")
+    expected = common.read_expectations(args)  # a bad file fails here, before anything runs
+    if args.dry_run:
+        for p in planned:
+            print(f"would run {p.label}")
+        print(f"{len(planned)} case runs planned, profile {args.profile}, devices "
+              f"{', '.join(devices)}")
+        return EXIT_OK
+    tel = None if args.no_telemetry else telemetry.Telemetry(args.telemetry_interval)
+    try:
+        path, run = runner.run(planned, args.profile, args.out, telemetry=tel,
+                               hosts=hosts, notes=notes)
+    except runner.Interrupted as e:
+        # SIGINT or SIGTERM: the workers are reaped and the record is marked; say where it is
+        kept = f"the run record is in {e.path}" if e.path else "no run record was written yet"
+        print(f"release-bench: run {e}; {kept}", file=sys.stderr)
+        return e.exit_status
+    finally:
+        if tel is not None:
+            tel.close()
+    judged = _judge_run(run, path, expected)
+    print(summary.run_summary(run))
+    print(f"\nrun written to {path}")
+    # An invalid case (a performance check missed on a contended machine) is reported but does
+    # not fail the run: the measurement is void, the feature is not known to be broken.
+    reported = [e for e in run["results"] if e["outcome"] in ("fail", "error", "invalid")]
+    for e in reported:
+        print(f"{e['outcome']}: {e['suite']}/{e['case']} [{e['device']} {param_id(e['params'])}]"
+              f": {e['reason']}", file=sys.stderr)
+    if judged is None:  # --expectations none: the raw outcomes decide
+        return EXIT_FAILED if any(e["outcome"] != "invalid" for e in reported) else EXIT_OK
+    return common.expectations_exit(judged)
+
+
+def _devices(requested: Sequence[str] | None, dry_run: bool = False) -> list[str]:
+    import torch
+
+    if not requested:
+        return ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+    if "cuda" in requested and not torch.cuda.is_available() and not dry_run:
+        raise UsageError("--device cuda: CUDA is not available on this machine")
+    return list(dict.fromkeys(requested))
+
+
+def _judge_run(run: dict, path, expected: tuple[list, str] | None):
+    """The run judged by the expectations and annotated on disk; None without them."""
+    from harness import expectations
+
+    if expected is None:
+        return None
+    judged = expectations.judge_run(run, expected[0], expected[1], expectations.known_cases())
+    records.write_json_atomic(path, expectations.annotate(run, judged))
+    return judged
+
+
+def suites_spanning_hosts() -> list[str]:
+    from harness import registry
+
+    return [n for n in registry.suite_names() if registry.load(n).spans_hosts]
+
+
+def run_across_hosts(run_argv: list[str], hosts: list[dict]) -> int:
+    """Node 0's part of `multihost`: `run RUN_ARGV` with its ranks spread over `hosts`."""
+    try:
+        args = parse(run_argv)
+        args.suite = args.suite or suites_spanning_hosts()
+        return main(args, hosts)
+    except (UsageError, records.RecordError) as e:
+        print(f"release-bench: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+COMMANDS = (common.Command("run", "run suites and write a run record", add_arguments, main),)

@@ -1,0 +1,47 @@
+"""Stored campaigns judged again: the verdicts a change of the engine must keep.
+
+tests/data holds the rounds of two real campaigns and the verdicts they were given when they
+ran: an ab of the GEMM ladder with a matmul slowdown planted on side B (6 rounds; 21
+regressions, 6 inconclusive), and a matrix of two environments where a fork/wait check breaks
+and a warning appears. Their folders use the layouts written before the campaign engine (an
+ab's rounds named by their place in the A B B A schedule, a matrix's by round), which the
+engine still reads.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from harness import ab, matrix
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_a_stored_ab_is_judged_again_to_the_verdicts_it_was_given(tmp_path):
+    folder = shutil.copytree(DATA / "ab-planted-gemm", tmp_path / "ab")
+    stored = json.loads((folder / "comparison.json").read_text())
+    res = ab.judge(folder)
+    assert [c.to_json() for c in res["changes"]] == stored["changes"]
+    assert stored["counts"]["regression"] == 21 and stored["counts"]["inconclusive"] == 6
+    assert res["versions"] == {"A": "2.14.1+cu130", "B": "2.14.1+cu130"}
+    # each side's merged run is written beside the rounds
+    assert {"side-A.json", "side-B.json"} <= {p.name for p in folder.iterdir()}
+
+
+def test_a_stored_matrix_is_judged_again_to_the_verdicts_it_was_given(tmp_path):
+    folder = shutil.copytree(DATA / "matrix-planted-rate", tmp_path / "m")
+    stored = json.loads((folder / "matrix.json").read_text())
+    record = matrix.judge_again(folder)
+    assert record["steps"] == stored["steps"]
+    outcomes = {label: {c: v["outcome"] for c, v in side["cases"].items()}
+                for label, side in record["sides"].items()}
+    assert outcomes == {label: {c: v["outcome"] for c, v in side["cases"].items()}
+                        for label, side in stored["sides"].items()}
+    (step,) = record["steps"]
+    assert step["counts"]["regression"] == 1
+    assert {c["what"] for c in step["changes"]} == {"outcome", "warning appeared",
+                                                    "warning went"}
+    # a side's merged run is named by its position, whatever its label
+    assert {"side-0.json", "side-1.json"} <= {p.name for p in folder.iterdir()}
