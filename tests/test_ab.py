@@ -64,7 +64,7 @@ def test_ab_of_one_environment_against_itself_flags_nothing(tmp_path):
     assert again.returncode == 0, again.stderr
     assert json.loads((where / "comparison.json").read_text())["counts"] == cmp["counts"]
     for side in ("A", "B"):  # both sides' merged runs are kept and readable
-        run = records.read_run(where / f"{side}.json")
+        run = records.read_run(where / f"side-{side}.json")
         assert run["ab"]["schedule"] == "ABBAABBA"
         assert all(e["details"]["rounds"] == AA_ROUNDS for e in run["results"])
 
