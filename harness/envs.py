@@ -187,11 +187,11 @@ def create(version: str, *, reuse: Path | None = None, torchvision: bool = True,
 
 
 def _reused_python(spec: Path) -> Path:
-    from harness.ab import AbError, python_of
+    from harness.campaign import CampaignError, python_of
 
     try:
         return python_of(str(spec))
-    except AbError as e:
+    except CampaignError as e:
         raise EnvError(str(e)) from e
 
 
