@@ -137,6 +137,12 @@ def path_for(machine_name: str, root: Path = CALIBRATIONS) -> Path:
     return root / f"{machine_name}.json"
 
 
+def read(path: Path | str) -> Calibration:
+    """The calibration in the file `path`; raises OSError, ValueError, KeyError or TypeError
+    when it is not one."""
+    return Calibration.from_json(json.loads(Path(path).read_text()), str(path))
+
+
 def for_machine(fingerprint: dict, root: Path = CALIBRATIONS) -> tuple[Calibration | None, str]:
     """This machine's calibration, and one line saying which one is used (or why none)."""
     from harness import machine
@@ -148,7 +154,7 @@ def for_machine(fingerprint: dict, root: Path = CALIBRATIONS) -> tuple[Calibrati
         return None, (f"no calibration of {fingerprint.get('name')} ({path.name}): "
                       f"{fallback}; run `release-bench calibrate`")
     try:
-        cal = Calibration.from_json(json.loads(path.read_text()), str(path))
+        cal = read(path)
     except (OSError, ValueError, KeyError, TypeError) as e:
         return None, f"calibration {path.name} unreadable ({e}): {fallback}"
     if differ := machine.differences(cal.machine, fingerprint):

@@ -124,9 +124,9 @@ def matrix(sides: list[str], units: list[Unit], run_args: list[str], rounds: int
     run.run(campaign.plan(units, len(labels), campaign.rounds_wanted(units, rounds)))
     more = campaign.more_rounds(units, rounds)
 
-    def judge_now(extension: dict | None = None) -> dict[str, Any]:
+    def judge_now() -> dict[str, Any]:
         return judge(run.base, labels, versions, _runs(run.base, labels), rounds, thresholds,
-                     more, expected, cal, extension)
+                     more, expected, cal)
 
     if not max_rounds or max_rounds <= rounds:
         return judge_now()
@@ -140,7 +140,11 @@ def matrix(sides: list[str], units: list[Unit], run_args: list[str], rounds: int
         return last["all_changes"]
 
     ext = campaign.extend(run, changes, rounds, max_rounds, started, on_stage)
-    return judge_now(ext.to_json())
+    # the last stage is judged already: its record only gains what the further rounds were
+    record = {k: v for k, v in last.items() if k not in ("dir", "all_changes")}
+    record["max_rounds"] = ext.to_json()
+    records.write_json_atomic(run.base / "matrix.json", records.scrub_paths(record))
+    return {**last, "max_rounds": record["max_rounds"]}
 
 
 def _runs(base: Path, labels: list[str]) -> dict[str, list[dict]]:

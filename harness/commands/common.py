@@ -102,9 +102,6 @@ def read_calibration(args, fingerprint: dict | None = None):
     """The calibration `--calibration` names (None: the conservative defaults) and one line
     saying which, for the command to print with its verdicts (not before: bad input stays
     one line)."""
-    import json
-    from pathlib import Path
-
     from harness import calibration, machine
 
     spec = getattr(args, "calibration", None)
@@ -114,7 +111,7 @@ def read_calibration(args, fingerprint: dict | None = None):
     if spec is None:
         return calibration.for_machine(fingerprint)
     try:
-        cal = calibration.Calibration.from_json(json.loads(Path(spec).read_text()), spec)
+        cal = calibration.read(spec)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise UsageError(f"--calibration {spec}: not a calibration ({e})") from e
     if differ := machine.differences(cal.machine, fingerprint):
