@@ -1,4 +1,5 @@
-"""The run record: one versioned JSON document per run, written atomically.
+"""The run record: one versioned JSON document per run, written atomically, and its typed
+form (`Run`, `Result`, `Metric`, `MetricKey`, `Check`), the only code that knows its keys.
 
 Layout (field names are a contract other tools read; add, never rename):
 
@@ -13,6 +14,10 @@ Layout (field names are a contract other tools read; add, never rename):
                   "telemetry": {...}, "started", "elapsed_s"}]}
 
 Runs live under results/runs/<machine name>/<started>-<profile>.json.
+
+Everything that reads runs works on the frozen dataclasses below: `Run.from_json` /
+`read_run` build them, `to_json` writes the same layout back (keys this version does not know
+are kept in `extra` and written back unchanged, so a newer record survives a round trip).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -93,6 +100,260 @@ class RecordError(Exception):
     """A run file that cannot be read as a run record (the message is one line)."""
 
 
+def _param_id(params: Mapping[str, Any]) -> str:
+    # as harness.cases.param_id (records must not import the defining layer)
+    return "-".join(f"{k}={v}" for k, v in params.items()) or "default"
+
+
+def _extra(doc: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k not in known}
+
+
+@dataclass(frozen=True, order=True)
+class MetricKey:
+    """A metric's identity within its result: its name and its labels (sorted, hashable)."""
+
+    name: str
+    labels: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, name: str, labels: Mapping[str, Any] | None = None) -> MetricKey:
+        return cls(name, tuple(sorted((labels or {}).items())))
+
+    def __str__(self) -> str:
+        """As people read it: p50[bytes=4, path=gloo]."""
+        if not self.labels:
+            return self.name
+        return f"{self.name}[{', '.join(f'{k}={v}' for k, v in self.labels)}]"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One recorded figure (see harness.cases.Metric, which a case fills in)."""
+
+    name: str
+    value: float | None
+    unit: str
+    kind: str = "value"
+    better: str | None = None
+    labels: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any] | None = None
+    samples: list[float] | None = None
+    headline: bool = False
+    sessions: list[float] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    _KEYS = ("name", "labels", "value", "unit", "kind", "better", "stats", "samples",
+             "headline", "sessions")
+
+    @property
+    def key(self) -> MetricKey:
+        return MetricKey.of(self.name, self.labels)
+
+    @property
+    def quantile(self) -> float:
+        """The quantile its value is (a median unless the case said otherwise)."""
+        return float((self.stats or {}).get("q", 0.5))
+
+    @property
+    def interval(self) -> tuple[float | None, float | None]:
+        """Its recorded interval, (None, None) when it has none."""
+        ci = (self.stats or {}).get("ci") or (None, None)
+        return ci[0], ci[1]
+
+    @property
+    def count(self) -> int:
+        """How many observations its statistics came from (0 when it has none)."""
+        return int((self.stats or {}).get("n", 0))
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Metric:
+        return cls(d["name"], d.get("value"), d.get("unit", ""), d.get("kind", "value"),
+                   d.get("better"), dict(d.get("labels") or {}), d.get("stats"),
+                   d.get("samples"), bool(d.get("headline", False)), d.get("sessions"),
+                   _extra(d, cls._KEYS))
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name}
+        if self.labels:
+            d["labels"] = self.labels
+        d.update(value=self.value, unit=self.unit, kind=self.kind, better=self.better)
+        if self.stats is not None:
+            d["stats"] = self.stats
+        if self.samples is not None:
+            d["samples"] = self.samples
+        if self.headline:
+            d["headline"] = True
+        if self.sessions is not None:
+            d["sessions"] = self.sessions
+        return d | self.extra
+
+
+@dataclass(frozen=True)
+class Check:
+    """One documented behaviour, passed or failed. A performance check (a speedup floor, a
+    latency bound) judges a timing, which a busy or throttled machine can fail without the
+    feature being broken; see runner.execute."""
+
+    name: str
+    passed: bool
+    detail: str = ""
+    performance: bool = False
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Check:
+        return cls(d["name"], bool(d["passed"]), d.get("detail", ""),
+                   bool(d.get("performance", False)))
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "passed": self.passed, "detail": self.detail}
+        return d | ({"performance": True} if self.performance else {})
+
+
+@dataclass(frozen=True)
+class Result:
+    """One case run once on one device with one set of parameters."""
+
+    suite: str
+    case: str
+    outcome: str
+    reason: str = ""
+    kind: str = "benchmark"
+    device: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    started: str | None = None
+    elapsed_s: float = 0.0
+    metrics: tuple[Metric, ...] = ()
+    checks: tuple[Check, ...] = ()
+    notes: tuple[str, ...] = ()
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    shown_tables: tuple[str, ...] = ()
+    details: dict[str, Any] = field(default_factory=dict)
+    telemetry: dict[str, Any] | None = None
+    # where each rank ran, in a run across hosts (harness.nodes)
+    placement: Any = None
+    # its status under the expectations file (harness.expectations.Judgement.to_json)
+    expected: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    _KEYS = ("suite", "case", "kind", "device", "params", "started", "outcome", "reason",
+             "elapsed_s", "metrics", "checks", "notes", "tables", "shown_tables", "details",
+             "telemetry", "placement", "expected")
+
+    @property
+    def key(self) -> str:
+        """Its identity within a run: suite/case[device params]."""
+        return f"{self.suite}/{self.case}[{self.device} {_param_id(self.params)}]"
+
+    @property
+    def case_id(self) -> str:
+        return f"{self.suite}/{self.case}"
+
+    def contended(self) -> str | None:
+        """Why its figures must not be judged (measured on a contended machine), or None."""
+        if self.outcome == "invalid":
+            return "measured contended (outcome invalid)"
+        if (self.telemetry or {}).get("valid") is False:
+            return "measured contended: " + "; ".join(self.telemetry.get("invalid_reasons", []))
+        return None
+
+    @property
+    def valid(self) -> bool:
+        """Whether its figures may be judged (telemetry did not find the machine contended)."""
+        return self.contended() is None
+
+    @property
+    def status(self) -> str:
+        """Its outcome as the expectations file reads it (an expected failure, say), else
+        its outcome."""
+        return (self.expected or {}).get("status", self.outcome)
+
+    def metric(self, key: MetricKey) -> Metric | None:
+        return next((m for m in self.metrics if m.key == key), None)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Result:
+        return cls(
+            d["suite"], d["case"], d["outcome"], d.get("reason", ""), d.get("kind", "benchmark"),
+            d.get("device", ""), dict(d.get("params") or {}), d.get("started"),
+            d.get("elapsed_s", 0.0), tuple(Metric.from_json(m) for m in d.get("metrics", [])),
+            tuple(Check.from_json(c) for c in d.get("checks", [])),
+            tuple(d.get("notes", [])), dict(d.get("tables") or {}),
+            tuple(d.get("shown_tables", [])), dict(d.get("details") or {}), d.get("telemetry"),
+            d.get("placement"), d.get("expected"), _extra(d, cls._KEYS))
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "suite": self.suite, "case": self.case, "kind": self.kind, "device": self.device,
+            "params": self.params}
+        if self.started is not None:
+            d["started"] = self.started
+        d.update(outcome=self.outcome, reason=self.reason, elapsed_s=self.elapsed_s,
+                 metrics=[m.to_json() for m in self.metrics],
+                 checks=[c.to_json() for c in self.checks], notes=list(self.notes),
+                 tables=self.tables, shown_tables=list(self.shown_tables),
+                 details=self.details, telemetry=self.telemetry)
+        if self.placement is not None:
+            d["placement"] = self.placement
+        if self.expected is not None:
+            d["expected"] = self.expected
+        return d | self.extra
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run record: the machine, the profile, and a result per case run."""
+
+    machine: dict[str, Any]
+    profile: str
+    started: str
+    finished: str | None = None
+    results: tuple[Result, ...] = ()
+    interrupted: bool = False
+    command: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    telemetry: dict[str, Any] | None = None  # the telemetry's sources (sampler info)
+    hosts: list[dict[str, Any]] | None = None  # a run across hosts: one entry per host
+    schema_version: int = SCHEMA_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    _KEYS = ("schema_version", "machine", "profile", "started", "finished", "interrupted",
+             "command", "notes", "results", "telemetry", "hosts")
+
+    @property
+    def machine_name(self) -> str:
+        return self.machine.get("name", "?")
+
+    def __iter__(self) -> Iterator[Result]:
+        return iter(self.results)
+
+    def with_result(self, result: Result) -> Run:
+        return replace(self, results=(*self.results, result))
+
+    def with_notes(self, *notes: str) -> Run:
+        return replace(self, notes=(*self.notes, *notes))
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Run:
+        return cls(d["machine"], d["profile"], d["started"], d.get("finished"),
+                   tuple(Result.from_json(e) for e in d.get("results", [])),
+                   bool(d.get("interrupted", False)), tuple(d.get("command", [])),
+                   tuple(d.get("notes", [])), d.get("telemetry"), d.get("hosts"),
+                   d.get("schema_version", SCHEMA_VERSION), _extra(d, cls._KEYS))
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "schema_version": self.schema_version, "machine": self.machine,
+            "profile": self.profile, "started": self.started, "finished": self.finished,
+            "interrupted": self.interrupted, "command": list(self.command),
+            "notes": list(self.notes), "results": [e.to_json() for e in self.results]}
+        if self.telemetry is not None:
+            d["telemetry"] = self.telemetry
+        if self.hosts is not None:
+            d["hosts"] = self.hosts
+        return d | self.extra
+
+
 def _path_aliases() -> list[tuple[str, str]]:
     """This machine's directories, longest first, and what records say instead."""
     root = str(Path(__file__).resolve().parent.parent)
@@ -120,23 +381,14 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def new_run(machine: dict[str, Any], profile: str, command: list[str] | None = None) -> dict:
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "machine": machine,
-        "profile": profile,
-        "started": now(),
-        "finished": None,
-        "interrupted": False,
-        "command": command or [],
-        "notes": [],
-        "results": [],
-    }
+def new_run(machine: dict[str, Any], profile: str, command: list[str] | None = None,
+            **fields: Any) -> Run:
+    return Run(machine, profile, now(), command=tuple(command or ()), **fields)
 
 
-def run_path(out_dir: str | Path, run: dict) -> Path:
-    stamp = datetime.fromisoformat(run["started"]).strftime("%Y%m%dT%H%M%SZ")
-    return Path(out_dir) / run["machine"]["name"] / f"{stamp}-{run['profile']}.json"
+def run_path(out_dir: str | Path, run: Run) -> Path:
+    stamp = datetime.fromisoformat(run.started).strftime("%Y%m%dT%H%M%SZ")
+    return Path(out_dir) / run.machine_name / f"{stamp}-{run.profile}.json"
 
 
 def _umask() -> int:
@@ -184,7 +436,11 @@ def validate(doc: Any, source: str = "run") -> dict:
     return doc
 
 
-def read_run(path: str | Path) -> dict:
+def write_run(path: str | Path, run: Run) -> Path:
+    return write_json_atomic(path, run.to_json())
+
+
+def read_run(path: str | Path) -> Run:
     """Read and validate one run file; any problem becomes a one-line RecordError."""
     path = Path(path)
     try:
@@ -198,7 +454,7 @@ def read_run(path: str | Path) -> dict:
     if isinstance(doc, dict) and doc.get("schema_version") not in (None, *READABLE_VERSIONS):
         raise RecordError(f"{path}: schema_version {doc.get('schema_version')!r} is not one "
                           f"this version reads ({', '.join(map(str, READABLE_VERSIONS))})")
-    return validate(doc, str(path))
+    return Run.from_json(validate(doc, str(path)))
 
 
 def resolve_run(spec: str | Path) -> Path:
