@@ -15,6 +15,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -86,10 +87,10 @@ def judge(base: Path, thresholds: dict[str, float] | None = None,
     versions = {side: meta[side]["torch"] for side in merged}
     more = meta.get("more_rounds", {})  # none before benchmarks had rounds of their own
     for side in merged:
-        merged[side]["ab"] = {"side": side, **meta[side], "rounds": meta["rounds"],
-                              "schedule": meta["schedule"], "more_rounds": more}
-        records.write_json_atomic(campaign.merged_path(base, side),
-                                  records.scrub_paths(merged[side]))
+        merged[side] = replace(merged[side], ab={
+            "side": side, **meta[side], "rounds": meta["rounds"], "schedule": meta["schedule"],
+            "more_rounds": more})
+        records.write_run(campaign.merged_path(base, side), merged[side], scrub=True)
     changes = campaign.judge_pair(rounds_of["A"], rounds_of["B"], merged["A"], merged["B"],
                                   thresholds, history, cal)
     records.write_json_atomic(base / "comparison.json", {

@@ -34,6 +34,7 @@ import torch
 
 from harness import machine, records, registry, runner
 from harness.cases import Case, Params, Skip, Workload, metric_id, param_id
+from harness.records import Metric, Result
 from harness.timing import synchronize
 
 # asv tracks the quick grid: the one `make asv` gets through in minutes on a small machine
@@ -153,7 +154,7 @@ class CaseFigures:
             cls.params = [devices, *axes.values()]
             cls.param_names = ["device", *axes]
 
-    def run_case(self) -> dict[tuple[str, str], dict[str, Any]]:
+    def run_case(self) -> dict[tuple[str, str], Result]:
         """Every quick parameter set of the case on every device here: entries by (device,
         parameter id)."""
         c = _definition(self.case, "case")
@@ -170,21 +171,22 @@ class CaseFigures:
         else:
             raise NotAvailable(f"{self.case} has no parameter set for {chosen} on {device}")
         entry = entries.get((device, param_id(p)))
-        if entry is None or entry["outcome"] not in ("pass", "fail"):
-            reason = "not run" if entry is None else f"{entry['outcome']}: {entry['reason']}"
+        if entry is None or entry.outcome not in ("pass", "fail"):
+            reason = "not run" if entry is None else f"{entry.outcome}: {entry.reason}"
             raise NotAvailable(f"{self.case} on {device}: {reason}")
         self.entry = entry
         self.chosen_labels = {k: v for k, v in chosen.items() if k not in p}
-        if not any(_has_labels(m, self.chosen_labels) for m in entry["metrics"]):
+        if not any(all(m.labels.get(k) == v for k, v in self.chosen_labels.items())
+                   for m in entry.metrics):
             raise NotAvailable(f"{self.case} recorded nothing for {self.chosen_labels} "
                                f"on {device}")
 
-    def metric(self, name: str) -> dict[str, Any]:
+    def metric(self, name: str) -> Metric:
         """The record's metric `name` with this combination's labels."""
         return find_metric(self.entry, name, **self.chosen_labels)
 
     def value(self, name: str) -> float:
-        return self.metric(name)["value"]
+        return self.metric(name).value
 
     def telemetry(self, key: str) -> float:
         return telemetry_value(self.entry, key)
@@ -197,7 +199,7 @@ def _label_values(values: Sequence[Any] | Mapping[str, Sequence[Any]],
     return list(dict.fromkeys(v for d in devices for v in values.get(d, ())))
 
 
-def run_case(case: Case, device: str, params: Params) -> dict[str, Any]:
+def run_case(case: Case, device: str, params: Params) -> Result:
     """Run one case exactly as `release-bench run` would (telemetry included); its entry."""
     from harness.telemetry import Telemetry
 
@@ -208,24 +210,18 @@ def run_case(case: Case, device: str, params: Params) -> dict[str, Any]:
         tel.close()
 
 
-def _has_labels(m: dict[str, Any], labels: dict[str, Any]) -> bool:
-    have = m.get("labels") or {}
-    return all(have.get(k) == v for k, v in labels.items())
-
-
-def find_metric(entry: dict[str, Any], name: str, **labels: Any) -> dict[str, Any]:
+def find_metric(entry: Result, name: str, **labels: Any) -> Metric:
     """The metric `name` whose labels include `labels`."""
-    for m in entry["metrics"]:
-        if m["name"] == name and _has_labels(m, labels):
+    for m in entry.metrics:
+        if m.name == name and all(m.labels.get(k) == v for k, v in labels.items()):
             return m
-    raise KeyError(f"{entry['suite']}/{entry['case']} recorded no metric "
-                   f"{metric_id(name, labels)!r}")
+    raise KeyError(f"{entry.case_id} recorded no metric {metric_id(name, labels)!r}")
 
 
-def telemetry_value(entry: dict[str, Any], key: str, gpu: int = 0) -> float:
+def telemetry_value(entry: Result, key: str, gpu: int = 0) -> float:
     """A figure of the case's telemetry summary for asv's track_* benchmarks: a key of the
     first GPU's summary (energy_per_iteration_j, power_w_mean, ...), else of the host's."""
-    tel = entry.get("telemetry") or {}
+    tel = entry.telemetry or {}
     gpus = tel.get("gpus") or []
     value = gpus[gpu].get(key) if len(gpus) > gpu else (tel.get("host") or {}).get(key)
     if value is None:

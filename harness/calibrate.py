@@ -13,45 +13,45 @@ import numpy as np
 
 from harness import campaign, compare, records, stats
 from harness.calibration import Calibration, Key, Spread, rounds_for
+from harness.records import Run
 
 # The most rounds a benchmark gets by default, in multiples of `ab`'s rounds: a cost bound
 # (`--max-rounds` gives more to the figures a comparison leaves inconclusive).
 MAX_ROUNDS_FACTOR = 4
 
 
-def _within_process(runs: list[dict]) -> dict[Key, dict[int, float]]:
+def _within_process(runs: list[Run]) -> dict[Key, dict[int, float]]:
     """Each figure's variance of its log value within its process, by round: from its
     sessions where it has them, else from its samples' interval of its quantile."""
     out: dict[Key, dict[int, float]] = {}
     seen: dict[str, int] = {}
     z = stats.t_quantile(1 - (1 - stats.CI_LEVEL) / 2, 1e6)
     for run in runs:
-        for e in run["results"]:
-            case = compare.result_key(e)
-            if not compare.contended(e):
-                for m in e["metrics"]:
-                    sessions = m.get("sessions")
-                    lo, hi = ((m.get("stats") or {}).get("ci") or (None, None))[:2]
+        for e in run.results:
+            case = e.key
+            if e.valid:
+                for m in e.metrics:
+                    sessions = m.sessions
+                    lo, hi = m.interval
                     if sessions and len(sessions) >= 2 and min(sessions) > 0:
                         var = float(np.var(np.log(sessions), ddof=1)) / len(sessions)
                     elif lo and hi and lo > 0 and hi > 0:
                         var = (math.log(hi / lo) / (2 * z)) ** 2
                     else:
                         continue
-                    out.setdefault((case, compare.metric_key(m)), {})[seen.get(case, 0)] = var
+                    out.setdefault((case, m.key), {})[seen.get(case, 0)] = var
             seen[case] = seen.get(case, 0) + 1
     return out
 
 
-def measure(a_runs: list[dict], b_runs: list[dict], machine: dict,
+def measure(a_runs: list[Run], b_runs: list[Run], machine: dict,
             units: list[str], rounds: int, measured: dict[str, Any]) -> Calibration:
     """The calibration from an A/A's rounds (each side's runs, as `campaign.load_rounds` gives
     them); `units` are the benchmark groups it ran, `rounds` the default rounds of `ab`
     against which each unit's factor is set."""
     reps = campaign.round_values(a_runs, b_runs)
     within_a, within_b = _within_process(a_runs), _within_process(b_runs)
-    kinds = {(compare.result_key(e), compare.metric_key(m)): m.get("kind", "value")
-             for run in a_runs for e in run["results"] for m in e["metrics"]}
+    kinds = {(e.key, m.key): m.kind for run in a_runs for e in run.results for m in e.metrics}
     figures: dict[Key, Spread] = {}
     for key, rep in reps.items():
         if not rep.paired or kinds.get(key) in compare.NO_RELATIVE_SPREAD:

@@ -22,7 +22,6 @@ and say so in one line. A calibration of other hardware is never used.
 
 from __future__ import annotations
 
-import ast
 import json
 import math
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import records, stats
+from harness.records import MetricKey
 
 ROOT = Path(__file__).resolve().parent.parent
 CALIBRATIONS = ROOT / "results" / "calibration"
@@ -37,7 +37,7 @@ SCHEMA = "release-bench-calibration/1"
 DEFAULT_ROUNDS = 8  # an A/A's rounds: df 7 per figure, more for a family
 # a round's log ratio is normal enough for its variance; the F-test that tells a level drawn
 # per process compares it with what each process's own samples or sessions predict
-Key = tuple[str, tuple[str, str]]  # (result key, metric key), as compare.Replicates
+Key = tuple[str, MetricKey]  # (result key, metric key), as compare.Replicates
 
 
 @dataclass(frozen=True)
@@ -106,10 +106,12 @@ class Calibration:
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA, "machine": self.machine, "measured": self.measured,
-            "figures": [{"case": k[0], "metric": k[1][0],
-                         "labels": dict(ast.literal_eval(k[1][1])),
+            "figures": [{"case": k[0], "metric": k[1].name, "labels": dict(k[1].labels),
                          "variance": s.variance, "df": s.df, "per_process": s.per_process}
-                        for k, s in sorted(self.figures.items())],
+                        # in the order of their names as people read them
+                        for k, s in sorted(self.figures.items(),
+                                           key=lambda ks: (ks[0][0], ks[0][1].name,
+                                                           repr(list(ks[0][1].labels))))],
             "families": [{"case": f[0], "kind": f[1], "variance": s.variance, "df": s.df,
                           "sd_log_ratio": s.sd,
                           "detectable_at": {str(n): detectable(s.variance, n)
@@ -125,7 +127,7 @@ class Calibration:
     def from_json(cls, doc: dict[str, Any], source: str = "") -> Calibration:
         if doc.get("schema") != SCHEMA:
             raise ValueError(f"not a calibration ({doc.get('schema')!r})")
-        figures = {(f["case"], (f["metric"], repr(sorted(f["labels"].items())))):
+        figures = {(f["case"], MetricKey.of(f["metric"], f["labels"])):
                    Spread(f["variance"], f["df"], f["per_process"]) for f in doc["figures"]}
         families = {(f["case"], f["kind"]): Spread(f["variance"], f["df"], f["per_process"])
                     for f in doc["families"]}

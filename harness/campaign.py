@@ -25,13 +25,14 @@ import os
 import subprocess
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from harness import compare, records, stats
+from harness.records import Metric, MetricKey, Result, Run
 
 if TYPE_CHECKING:  # calibration measures with this module's rounds
     from harness.calibration import Calibration
@@ -244,7 +245,7 @@ def new_folder(out_dir: Path, kind: str) -> Path:
     return out_dir / f"{kind}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
 
 
-def load_rounds(base: Path) -> dict[str, list[dict]]:
+def load_rounds(base: Path) -> dict[str, list[Run]]:
     """The stored runs of `<base>/rounds/<unit>-<round>-<side>`, by side, each unit's in round
     order (what `round_values` pairs by). Folders of ab before the campaign engine were named
     by the unit's place in its A B B A schedule (0 to 2 x rounds - 1) rather than by round:
@@ -254,7 +255,7 @@ def load_rounds(base: Path) -> dict[str, list[dict]]:
         unit, index, _ = folder.name.rsplit("-", 2)
         return unit, int(index)
 
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list[Run]] = {}
     if not (base / "rounds").is_dir():
         return out
     for folder in sorted((base / "rounds").iterdir(), key=order):
@@ -265,80 +266,70 @@ def load_rounds(base: Path) -> dict[str, list[dict]]:
 
 # ---------------------------------------------------------------- merging a side's rounds
 
-def _merge_metric(ms: list[dict]) -> dict:
+def _merge_metric(ms: list[Metric]) -> Metric:
     """Several rounds' figures of one metric as one: the median of the rounds' values, their
     samples and sessions pooled."""
     first = ms[0]
-    out = {k: v for k, v in first.items() if k not in ("samples", "stats", "value", "sessions")}
-    values = [m["value"] for m in ms if m.get("value") is not None]
-    out["value"] = float(np.median(values)) if values else None
-    if any(m.get("sessions") for m in ms):
-        out["sessions"] = [x for m in ms for x in (m.get("sessions") or [])]
-    pooled = [x for m in ms for x in (m.get("samples") or [])]
-    if pooled:
-        q = float((first.get("stats") or {}).get("q", 0.5))
-        out["samples"] = stats.thin(pooled)
-        out["stats"] = stats.summarize(pooled, q=q,
-                                       count=sum((m.get("stats") or {}).get("n", 0) for m in ms))
-    return out
+    values = [m.value for m in ms if m.value is not None]
+    sessions = [x for m in ms for x in (m.sessions or [])] if any(m.sessions for m in ms) else None
+    pooled = [x for m in ms for x in (m.samples or [])]
+    return replace(
+        first, value=float(np.median(values)) if values else None, sessions=sessions,
+        samples=stats.thin(pooled) if pooled else None,
+        stats=stats.summarize(pooled, q=first.quantile, count=sum(m.count for m in ms))
+        if pooled else None)
 
 
-def merge_entries(entries: list[dict]) -> dict:
+def merge_entries(entries: list[Result]) -> Result:
     """One result entry from the rounds of one case; contended rounds are left out of its
     figures (and said so), unless every round was contended."""
-    valid = [e for e in entries if not compare.contended(e)]
+    valid = [e for e in entries if e.valid]
     used = valid or entries
-    merged = dict(used[0])
-    merged["outcome"] = min((e["outcome"] for e in entries), key=OUTCOME_ORDER.index)
-    merged["reason"] = next((e["reason"] for e in entries if e["outcome"] == merged["outcome"]
-                             and e["reason"]), "")
-    by_metric: dict[Any, list[dict]] = {}
+    outcome = min((e.outcome for e in entries), key=OUTCOME_ORDER.index)
+    by_metric: dict[MetricKey, list[Metric]] = {}
     for e in used:
-        for m in e["metrics"]:
-            by_metric.setdefault(compare.metric_key(m), []).append(m)
-    merged["metrics"] = [_merge_metric(ms) for ms in by_metric.values()]
-    merged["notes"] = list(dict.fromkeys(n for e in entries for n in e.get("notes", [])))
+        for m in e.metrics:
+            by_metric.setdefault(m.key, []).append(m)
+    notes = list(dict.fromkeys(n for e in entries for n in e.notes))
     if len(valid) < len(entries):
-        merged["notes"].append(f"ab: {len(entries) - len(valid)} of {len(entries)} rounds "
-                               f"measured contended; "
-                               + ("left out of the figures" if valid else "all kept: none valid"))
-    merged["telemetry"] = used[0].get("telemetry")
-    merged["elapsed_s"] = sum(e.get("elapsed_s", 0) for e in entries)
-    merged["details"] = {"rounds": len(entries), "rounds_used": len(used)}
-    return merged
+        notes.append(f"ab: {len(entries) - len(valid)} of {len(entries)} rounds "
+                     f"measured contended; "
+                     + ("left out of the figures" if valid else "all kept: none valid"))
+    return replace(
+        used[0], outcome=outcome,
+        reason=next((e.reason for e in entries if e.outcome == outcome and e.reason), ""),
+        metrics=tuple(_merge_metric(ms) for ms in by_metric.values()), notes=tuple(notes),
+        elapsed_s=sum(e.elapsed_s for e in entries),
+        details={"rounds": len(entries), "rounds_used": len(used)})
 
 
-def merge_runs(runs: list[dict]) -> dict:
+def merge_runs(runs: list[Run]) -> Run:
     """One run per side: its cases in first-seen order, each merged over the rounds."""
-    grouped: dict[str, list[dict]] = {}
+    grouped: dict[str, list[Result]] = {}
     for run in runs:
-        for e in run["results"]:
-            grouped.setdefault(compare.result_key(e), []).append(e)
-    merged = dict(runs[0])
-    merged["results"] = [merge_entries(es) for es in grouped.values()]
-    merged["started"] = min(r["started"] for r in runs)
-    merged["finished"] = max((r["finished"] or r["started"]) for r in runs)
-    merged["notes"] = [f"merged from {len(runs)} runs (fresh processes, interleaved)"]
-    return merged
+        for e in run.results:
+            grouped.setdefault(e.key, []).append(e)
+    return replace(runs[0], results=tuple(merge_entries(es) for es in grouped.values()),
+                   started=min(r.started for r in runs),
+                   finished=max((r.finished or r.started) for r in runs),
+                   notes=(f"merged from {len(runs)} runs (fresh processes, interleaved)",))
 
 
 # ---------------------------------------------------------------- judging two sides
 
-def _values(runs: list[dict]) -> dict[tuple, dict[int, tuple[float, list[float] | None]]]:
+def _values(runs: list[Run]) -> dict[tuple, dict[int, tuple[float, list[float] | None]]]:
     """Each metric's value in each valid round, by round (the run's place among this side's
     runs of its case): one value per fresh process, with the figure in each of that
     process's sessions where the case measures in sessions."""
     out: dict[tuple, dict[int, tuple[float, list[float] | None]]] = {}
     seen: dict[str, int] = {}  # case -> runs of it so far, contended ones too
     for run in runs:
-        for e in run["results"]:
-            case = compare.result_key(e)
-            if not compare.contended(e):
-                for m in e["metrics"]:
+        for e in run.results:
+            if e.valid:
+                for m in e.metrics:
                     if (v := compare.run_value(m)) is not None:
-                        out.setdefault((case, compare.metric_key(m)), {})[
-                            seen.get(case, 0)] = (v, m.get("sessions"))
-            seen[case] = seen.get(case, 0) + 1
+                        out.setdefault((e.key, m.key), {})[seen.get(e.key, 0)] = (v, m.sessions)
+            seen[e.key] = seen.get(e.key, 0) + 1
     return out
 
 
@@ -354,7 +345,7 @@ def within_rounds(a: list[list[float] | None],
     return pooled[0] * per_round, pooled[1]
 
 
-def round_values(a_runs: list[dict], b_runs: list[dict]) -> compare.Replicates:
+def round_values(a_runs: list[Run], b_runs: list[Run]) -> compare.Replicates:
     """The spread between processes, for compare: each side's per-round values, paired by
     round where both sides have at least two rounds in common. A round runs the sides back
     to back, so a state of the machine that lasts minutes moves both alike (in one A/A here a
@@ -374,8 +365,8 @@ def round_values(a_runs: list[dict], b_runs: list[dict]) -> compare.Replicates:
     return out
 
 
-def judge_pair(a_runs: list[dict], b_runs: list[dict], merged_a: dict, merged_b: dict,
-               thresholds: dict[str, float] | None = None, history: list[dict] | None = None,
+def judge_pair(a_runs: list[Run], b_runs: list[Run], merged_a: Run, merged_b: Run,
+               thresholds: dict[str, float] | None = None, history: list[Run] | None = None,
                cal: Calibration | None = None) -> list[compare.Change]:
     """The verdicts of side B against side A: their merged runs judged with the rounds'
     spread (and the history's and the calibration's as floors under it)."""

@@ -21,6 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from harness.records import Check
+from harness.records import Metric as RecordedMetric
+
 if TYPE_CHECKING:  # imported where used, so that the CLI can start (and explain) without torch
     from harness import timing
 
@@ -68,20 +71,11 @@ class Metric:
     # their spread is the figure's spread at the level where it arises
     sessions: list[float] | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"name": self.name}
-        if self.labels:
-            d["labels"] = self.labels
-        d.update(value=self.value, unit=self.unit, kind=self.kind, better=self.better)
-        if self.stats is not None:
-            d["stats"] = self.stats
-        if self.samples is not None:
-            d["samples"] = self.samples
-        if self.headline:
-            d["headline"] = True
-        if self.sessions is not None:
-            d["sessions"] = self.sessions
-        return d
+    def record(self) -> RecordedMetric:
+        """The figure as the run record keeps it (frozen)."""
+        return RecordedMetric(self.name, self.value, self.unit, self.kind, self.better,
+                              dict(self.labels), self.stats, self.samples, self.headline,
+                              self.sessions)
 
 
 def metric_id(name: str, labels: Mapping[str, Any] | None) -> str:
@@ -94,16 +88,6 @@ def metric_id(name: str, labels: Mapping[str, Any] | None) -> str:
 def _samples_of(x: Any) -> list[float]:
     """Per-call seconds of a Timing, or a plain sequence of samples."""
     return list(getattr(x, "times", x))
-
-
-@dataclass
-class Check:
-    name: str
-    passed: bool
-    detail: str = ""
-    # A performance check (a speedup floor, a latency bound) judges a timing, which a busy or
-    # throttled machine can fail without the feature being broken; see runner.execute.
-    performance: bool = False
 
 
 @dataclass

@@ -46,7 +46,8 @@ import numpy as np
 
 from harness import stats
 from harness.calibration import Calibration
-from harness.cases import metric_id, param_id
+from harness.cases import metric_id
+from harness.records import Metric, MetricKey, Run
 
 # kind -> tolerated relative change in the bad direction: 0.05 means a speedup may fall to
 # 0.95x of the baseline, 0.15 that a latency may grow to 1.15x.
@@ -120,30 +121,6 @@ class Change:
         return cls(**{k: v for k, v in doc.items() if k in known})
 
 
-def result_key(e: dict) -> str:
-    return f"{e['suite']}/{e['case']}[{e.get('device', '')} {param_id(e['params'])}]"
-
-
-def metric_key(m: dict) -> tuple[str, str]:
-    """A metric's identity within its case: name and labels, in a hashable form."""
-    labels = m.get("labels") or {}
-    return m["name"], repr(sorted(labels.items()))
-
-
-def contended(e: dict) -> str | None:
-    """Why a result's samples must not be judged (measured contended), or None."""
-    if e.get("outcome") == "invalid":
-        return "measured contended (outcome invalid)"
-    tel = e.get("telemetry") or {}
-    if tel.get("valid") is False:
-        return "measured contended: " + "; ".join(tel.get("invalid_reasons", []))
-    return None
-
-
-def _quantile(m: dict) -> float:
-    return float((m.get("stats") or {}).get("q", 0.5))
-
-
 def _allowed(kind: str, va: float | None, thresholds: dict[str, float]) -> float | None:
     """How far a figure of this kind may move from `va` before it counts (absolute)."""
     tolerance = thresholds.get(kind)
@@ -160,18 +137,18 @@ def _beyond(better: str | None, allowed: float | None, va: float | None,
     return -1 if gain < -allowed else (1 if gain > allowed else 0)
 
 
-def compare_metric(case: str, a: dict, b: dict, thresholds: dict[str, float],
+def compare_metric(case: str, a: Metric, b: Metric, thresholds: dict[str, float],
                    invalid: str | None = None) -> Change:
     """One metric's change; its verdict is provisional until `decide` sees all p-values."""
-    kind, better = b.get("kind", "value"), b.get("better")
-    va, vb = a["value"], b["value"]
+    kind, better = b.kind, b.better
+    va, vb = a.value, b.value
     factor = vb / va if va not in (None, 0) and vb is not None else None
-    sa, sb = a.get("samples") or [], b.get("samples") or []
-    q = _quantile(b)
+    sa, sb = a.samples or [], b.samples or []
+    q = b.quantile
     interval = None
     pvalue = None
-    by_session = (stats.session_shift(a["sessions"], b["sessions"])
-                  if not invalid and a.get("sessions") and b.get("sessions") else None)
+    by_session = (stats.session_shift(a.sessions, b.sessions)
+                  if not invalid and a.sessions and b.sessions else None)
     if not invalid and sa and sb and kind == "rate":
         pvalue = stats.rate_pvalue(sa, sb)
     elif by_session is not None:
@@ -193,7 +170,7 @@ def compare_metric(case: str, a: dict, b: dict, thresholds: dict[str, float],
             interval = [lo * scale, None if hi is None else hi * scale]
         pvalue = stats.shift_pvalue(sa, sb, q)
     allowed = _allowed(kind, va, thresholds)
-    c = Change(case, b["name"], dict(b.get("labels") or {}), b["unit"], kind, va, vb, factor,
+    c = Change(case, b.name, dict(b.labels), b.unit, kind, va, vb, factor,
                interval, pvalue, beyond=_beyond(better, allowed, va, vb), better=better,
                allowed=allowed)
     if invalid:
@@ -221,7 +198,7 @@ class RoundValues(NamedTuple):
 
 
 # (result key, metric key) -> that metric's run-level values
-Replicates = dict[tuple[str, tuple[str, str]], RoundValues]
+Replicates = dict[tuple[str, MetricKey], RoundValues]
 
 
 def _family(c: Change) -> tuple[str, str]:
@@ -236,8 +213,8 @@ NO_RELATIVE_SPREAD = ("error", "overhead", "value", "count", "rate")
 MAX_LOG_BAND = math.log(1000.0)  # a band wider than 1000x is reported as none
 
 
-def _key(c: Change) -> tuple[str, tuple[str, str]]:
-    return c.case, (c.metric, repr(sorted(c.labels.items())))
+def _key(c: Change) -> tuple[str, MetricKey]:
+    return c.case, MetricKey.of(c.metric, c.labels)
 
 
 def between_runs(changes: list[Change], replicates: Replicates, floors: dict | None = None,
@@ -471,8 +448,8 @@ def _verdict(c: Change, p: float, q: float, alpha: float, spread_known: bool,
         c.why += f"; about {c.rounds_to_decide} rounds would decide it"
 
 
-def compare_runs(base: dict, cand: dict, thresholds: dict[str, float] | None = None,
-                 history: list[dict] | None = None, alpha: float = stats.ALPHA,
+def compare_runs(base: Run, cand: Run, thresholds: dict[str, float] | None = None,
+                 history: list[Run] | None = None, alpha: float = stats.ALPHA,
                  replicates: Replicates | None = None,
                  cal: Calibration | None = None) -> list[Change]:
     """The changes from `base` to `cand`. The spread between runs comes from `history` (the
@@ -480,10 +457,10 @@ def compare_runs(base: dict, cand: dict, thresholds: dict[str, float] | None = N
     history's spread of each metric is a floor under the rounds'. `cal` is this machine's
     calibration (None: the conservative rules, see harness.calibration)."""
     th = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
-    base_by_key = {result_key(e): e for e in base["results"]}
+    base_by_key = {e.key: e for e in base.results}
     changes: list[Change] = []
-    for e in cand["results"]:
-        key = result_key(e)
+    for e in cand.results:
+        key = e.key
         old = base_by_key.pop(key, None)
         if old is None:
             changes.append(Change(key, "(case)", {}, "", "case", None, None, None, None, None,
@@ -491,16 +468,16 @@ def compare_runs(base: dict, cand: dict, thresholds: dict[str, float] | None = N
             continue
         # A case that failed on a rate (some of its fresh processes aborted at exit) may pass
         # or fail by chance from run to run: its rate metrics are judged instead, below.
-        by_rate = e["outcome"] == "fail" and any(m.get("kind") == "rate" for m in e["metrics"])
-        if old["outcome"] == "pass" and e["outcome"] in ("fail", "error") and not by_rate:
+        by_rate = e.outcome == "fail" and any(m.kind == "rate" for m in e.metrics)
+        if old.outcome == "pass" and e.outcome in ("fail", "error") and not by_rate:
             changes.append(Change(key, "(outcome)", {}, "", "conformance", None, None, None,
                                   None, None, verdict="regression",
-                                  why=f"passed, now {e['outcome']}: {e['reason'][:200]}"))
-        invalid = contended(old) or contended(e)
-        old_metrics = {metric_key(m): m for m in old["metrics"]}
-        for m in e["metrics"]:
-            if (k := metric_key(m)) in old_metrics:
-                changes.append(compare_metric(key, old_metrics[k], m, th, invalid))
+                                  why=f"passed, now {e.outcome}: {e.reason[:200]}"))
+        invalid = old.contended() or e.contended()
+        old_metrics = {m.key: m for m in old.metrics}
+        for m in e.metrics:
+            if m.key in old_metrics:
+                changes.append(compare_metric(key, old_metrics[m.key], m, th, invalid))
     changes.extend(Change(k, "(case)", {}, "", "case", None, None, None, None, None,
                           verdict="gone") for k in base_by_key)
     floors = None
@@ -527,7 +504,7 @@ def _current_segment(values: list[float]) -> list[float]:
     return values[left:] if len(values) - left >= 2 else values
 
 
-def history_floors(runs: list[dict]) -> dict:
+def history_floors(runs: list[Run]) -> dict:
     """Each metric's variance of log run values over the history (at least 3 runs)."""
     out = {}
     for key, rep in history_replicates(runs).items():
@@ -537,44 +514,42 @@ def history_floors(runs: list[dict]) -> dict:
     return out
 
 
-def run_value(m: dict) -> float | None:
+def run_value(m: Metric) -> float | None:
     """A metric's value as the spread between runs (or rounds) is judged on: for a figure
     measured in sessions, the geometric mean of its sessions, whose spread the sessions
     predict; a pooled quantile of a figure whose level flips by session jumps whenever its
     share of slow calls crosses the quantile (Gloo's 64 KiB p90 here: 4.0 ms in two runs,
     0.14 ms in the next, its sessions alike in all three). Else the metric's value."""
-    sessions = m.get("sessions")
+    sessions = m.sessions
     if sessions and len(sessions) >= 2 and min(sessions) > 0:
         return float(np.exp(np.mean(np.log(sessions))))
-    v = m.get("value")
+    v = m.value
     return float(v) if v is not None and math.isfinite(v) else None
 
 
-def history_replicates(runs: list[dict], cand: dict | None = None) -> Replicates:
+def history_replicates(runs: list[Run], cand: Run | None = None) -> Replicates:
     """Each metric's run values (`run_value`) in the machine's earlier `runs` (oldest first,
     the last HISTORY_RUNS, valid results only), since its last step, and in the candidate run
     `cand`. A figure measured in sessions also brings the variance of one run's value that
     its sessions predict (pooled over those runs): a floor under its spread between runs,
     which two or three runs can understate (`between_runs`)."""
-    series: dict[tuple[str, tuple[str, str]], list[tuple[float, list | None]]] = {}
+    series: dict[tuple[str, MetricKey], list[tuple[float, list | None]]] = {}
     for run in runs[-HISTORY_RUNS:]:
-        for e in run["results"]:
-            if contended(e):
+        for e in run.results:
+            if not e.valid:
                 continue
-            for m in e["metrics"]:
+            for m in e.metrics:
                 if (v := run_value(m)) is not None:
-                    series.setdefault((result_key(e), metric_key(m)), []).append(
-                        (v, m.get("sessions")))
-    in_cand = {(result_key(e), metric_key(m)): m
-               for e in (cand or {}).get("results", []) if not contended(e)
-               for m in e["metrics"]}
+                    series.setdefault((e.key, m.key), []).append((v, m.sessions))
+    in_cand = {(e.key, m.key): m for e in (cand.results if cand else ()) if e.valid
+               for m in e.metrics}
     out = {}
     for k, v in series.items():
         values = _current_segment([x for x, _ in v])
         m = in_cand.get(k)
         cand_value = run_value(m) if m else None
         groups = [g for g in [s for _, s in v[len(v) - len(values):]]
-                  + [m and m.get("sessions")] if g]
+                  + [m and m.sessions] if g]
         pooled = stats.pooled_log_variance(groups)
         within = None
         if pooled is not None:

@@ -41,13 +41,14 @@ import math
 import re
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from harness.records import Metric, Result, Run
 from harness.summary import fmt_percent, fmt_rate
 
 if sys.version_info >= (3, 11):
@@ -235,27 +236,26 @@ class Judged:
         return out
 
 
-def failure_messages(entry: dict) -> list[str]:
+def failure_messages(entry: Result) -> list[str]:
     """What went wrong in a failed or erred result, one message per distinct failure: those
     its case listed (`details["failures"]`: e.g. each way a process of `clean_exit` ended),
     else each failed check, else its reason."""
-    listed = (entry.get("details") or {}).get("failures")
+    listed = entry.details.get("failures")
     if listed:
         return list(listed)
-    failed = [c for c in entry.get("checks") or [] if not c.get("passed")]
-    if failed and entry["outcome"] == "fail":
-        return [f"{c['name']}: {c.get('detail', '')}" for c in failed]
-    return [entry.get("reason", "")]
+    failed = [c for c in entry.checks if not c.passed]
+    if failed and entry.outcome == "fail":
+        return [f"{c.name}: {c.detail}" for c in failed]
+    return [entry.reason]
 
 
-def _rate_of(m: dict) -> tuple[int, int, float, float] | None:
+def _rate_of(m: Metric) -> tuple[int, int, float, float] | None:
     """(k, n, low, high) of a rate metric: k of n trials, with its exact interval."""
-    st = m.get("stats") or {}
-    n, value = int(st.get("n") or 0), m.get("value")
+    n, value = m.count, m.value
     if not n or value is None:
         return None
     k = round(value * n)
-    lo, hi = st.get("ci") or (None, None)
+    lo, hi = m.interval
     if lo is None or hi is None:
         from scipy.stats import binomtest
 
@@ -264,17 +264,16 @@ def _rate_of(m: dict) -> tuple[int, int, float, float] | None:
     return k, n, lo, hi
 
 
-def _label(m: dict) -> str:
-    return ",".join(str(v) for v in (m.get("labels") or {}).values()) or m["name"]
+def _label(m: Metric) -> str:
+    return ",".join(str(v) for v in m.labels.values()) or m.name
 
 
-def judge_result(entry: dict, machine: dict, expectations: Sequence[Expectation]) -> Judged:
+def judge_result(entry: Result, machine: dict, expectations: Sequence[Expectation]) -> Judged:
     """One result entry's status (see the module's docstring)."""
-    key = f"{entry['suite']}/{entry['case']}[{entry.get('device', '')}]"
-    outcome = entry["outcome"]
+    key = f"{entry.case_id}[{entry.device}]"
+    outcome = entry.outcome
     applicable = [x for x in expectations
-                  if x.matches_case(entry["suite"], entry["case"])
-                  and x.applies(machine, entry.get("device"))]
+                  if x.matches_case(entry.suite, entry.case) and x.applies(machine, entry.device)]
     if not applicable:
         if outcome in FAILED:
             return Judged(key, outcome, "unexpected-fail", "no expectation covers it")
@@ -282,11 +281,11 @@ def judge_result(entry: dict, machine: dict, expectations: Sequence[Expectation]
     issue = applicable[0].issue
     allowed = {o for x in applicable for o in x.outcomes}
     rates, low, high = [], [], []
-    for m in entry.get("metrics", []):
-        if m.get("kind") != "rate" or (r := _rate_of(m)) is None:
+    for m in entry.metrics:
+        if m.kind != "rate" or (r := _rate_of(m)) is None:
             continue
         k, n, lo, hi = r
-        want = next((rng for x in applicable if (rng := x.rate_range(m.get("labels")))), None)
+        want = next((rng for x in applicable if (rng := x.rate_range(m.labels))), None)
         text = f"{_label(m)} {fmt_rate(k, n, lo, hi)}"
         if want is not None:
             text += f" (expected {fmt_percent(want[0])}-{fmt_percent(want[1])})"
@@ -354,21 +353,19 @@ class RunJudgement:
                 "stale": [x.name for x in self.stale]}
 
 
-def judge_run(run: dict, expectations: Sequence[Expectation], source: str,
+def judge_run(run: Run, expectations: Sequence[Expectation], source: str,
               cases: Iterable[str] | None = None) -> RunJudgement:
     """Every result of `run` judged; `cases` (the suites' case names) finds stale entries."""
-    machine = run.get("machine") or {}
-    results = [judge_result(e, machine, expectations) for e in run["results"]]
+    results = [judge_result(e, run.machine, expectations) for e in run.results]
     return RunJudgement(results, stale(expectations, cases) if cases is not None else [], source)
 
 
-def annotate(run: dict, judgement: RunJudgement) -> dict:
+def annotate(run: Run, judgement: RunJudgement) -> Run:
     """The run with each result's status (`expected`) and the judgement's summary
     (`expectations`) written into it; the outcomes stay the cases' own."""
-    for e, j in zip(run["results"], judgement.results, strict=True):
-        e["expected"] = j.to_json()
-    run["expectations"] = judgement.to_json()
-    return run
+    results = tuple(replace(e, expected=j.to_json())
+                    for e, j in zip(run.results, judgement.results, strict=True))
+    return replace(run, results=results, expectations=judgement.to_json())
 
 
 def lines(judgement: RunJudgement) -> list[str]:
@@ -402,13 +399,13 @@ def _signature_of(messages: list[str]) -> str:
     return re.escape(msg[:120]) if msg else ".*"
 
 
-def _new_entry(case: str, results: list[tuple[dict, dict]]) -> str:
+def _new_entry(case: str, results: list[tuple[Result, dict]]) -> str:
     """The TOML of a new entry for `case`'s failures in `results` ((result, machine) pairs)."""
-    outcomes = sorted({e["outcome"] for e, _ in results})
-    messages = [m for e, _ in results if e["outcome"] in FAILED for m in failure_messages(e)]
+    outcomes = sorted({e.outcome for e, _ in results})
+    messages = [m for e, _ in results if e.outcome in FAILED for m in failure_messages(e)]
     torch_versions = sorted({str((m.get("torch") or {}).get("version", "")).split("+")[0]
                              for _, m in results})
-    devices = sorted({e.get("device", "") for e, _ in results})
+    devices = sorted({e.device for e, _ in results})
     when = []
     if len(torch_versions) == 1 and torch_versions[0]:
         when.append(f"torch = {_toml_str('==' + torch_versions[0])}")
@@ -416,8 +413,8 @@ def _new_entry(case: str, results: list[tuple[dict, dict]]) -> str:
         when.append(f"device = {_toml_str(devices[0])}")
     rates: dict[str, list[float]] = {}
     for e, _ in results:
-        for m in e.get("metrics", []):
-            if m.get("kind") == "rate" and (r := _rate_of(m)) is not None:
+        for m in e.metrics:
+            if m.kind == "rate" and (r := _rate_of(m)) is not None:
                 lo, hi = rates.setdefault(_label(m), [1.0, 0.0])
                 rates[_label(m)] = [min(lo, r[2]), max(hi, r[3])]
     text = ["", "[[expect]]", f"case = {_toml_str(case)}",
@@ -465,7 +462,7 @@ class Update:
                                             f"a/{name}", f"b/{name}"))
 
 
-def update(text: str, runs: Sequence[dict], cases: Iterable[str] | None = None,
+def update(text: str, runs: Sequence[Run], cases: Iterable[str] | None = None,
            source: str = "expectations") -> Update:
     """The edit of the expectations `text` that `runs` call for:
 
@@ -479,26 +476,25 @@ def update(text: str, runs: Sequence[dict], cases: Iterable[str] | None = None,
     - a stale entry: removed."""
     expectations = parse(text, source) if text.strip() else []
     head, blocks = _blocks(text)
-    judged = [(e, run.get("machine") or {}, judge_result(e, run.get("machine") or {},
-                                                         expectations))
-              for run in runs for e in run["results"]]
+    judged = [(e, run.machine, judge_result(e, run.machine, expectations))
+              for run in runs for e in run.results]
     changes: list[str] = []
     new_failures: dict[str, None] = {}  # in the runs' order
     for e, _, j in judged:
         if j.status == "unexpected-fail" and j.issue is None:
-            new_failures[f"{e['suite']}/{e['case']}"] = None
+            new_failures[e.case_id] = None
         elif j.status == "unexpected-fail":
             changes.append(f"{j.key}: {j.why} (left as it is: a new defect, or a changed one?)")
     for case in new_failures:
         # every run of that case, passes included, decides its outcomes
-        seen = [(e, m) for e, m, _ in judged if f"{e['suite']}/{e['case']}" == case]
+        seen = [(e, m) for e, m, _ in judged if e.case_id == case]
         blocks.append(_new_entry(case, seen))
         changes.append(f"{case}: new entry (name its issue before the file can be used)")
     drop: set[int] = set()
     for x in expectations:
         mine = [(e, j) for e, m, j in judged
-                if x.matches_case(e["suite"], e["case"]) and x.applies(m, e.get("device"))]
-        outcomes = {e["outcome"] for e, _ in mine}
+                if x.matches_case(e.suite, e.case) and x.applies(m, e.device)]
+        outcomes = {e.outcome for e, _ in mine}
         if mine and outcomes <= {"pass", "skip"} and any(o == "pass" for o in outcomes):
             drop.add(x.index)
             changes.append(f"{x.name}: passed in every run it applies to: removed")

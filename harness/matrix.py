@@ -29,6 +29,7 @@ from harness import campaign, compare, envs, expectations, machine, records
 from harness.calibration import Calibration
 from harness.campaign import CampaignError, Unit
 from harness.cases import metric_id
+from harness.records import MetricKey, Result, Run
 
 SCHEMA = "release-bench-matrix/1"
 # the runner records each warning a case raised as "<Category> (recorded, not shown): <text>"
@@ -49,31 +50,29 @@ def side_python(spec: str) -> tuple[str, Path]:
     return spec, campaign.python_of(spec)
 
 
-def warnings_of(entry: dict) -> list[str]:
+def warnings_of(entry: Result) -> list[str]:
     """The warnings a case raised, as "Category: text", with file locations left out."""
     out = []
-    for note in entry.get("notes", []):
+    for note in entry.notes:
         if m := WARNING_NOTE.match(note):
             out.append(f"{m.group(1)}: {LOCATION.sub('<file>', m.group(2))}")
     return sorted(set(out))
 
 
-def summarize_side(run: dict) -> dict[str, Any]:
+def summarize_side(run: Run) -> dict[str, Any]:
     """What the matrix keeps of one version's merged run."""
     cases, headlines = {}, []
-    for e in run["results"]:
-        cid = compare.result_key(e)
-        cases[cid] = {"suite": e["suite"], "kind": e["kind"], "outcome": e["outcome"],
-                      "reason": e.get("reason", "")[:300], "warnings": warnings_of(e)}
-        if expected := e.get("expected"):  # its status under the expectations file
-            cases[cid]["expected"] = expected
-        for m in e["metrics"]:
-            if m.get("headline"):
-                st = m.get("stats") or {}
-                headlines.append({"case": cid, "metric": metric_id(m["name"], m.get("labels")),
-                                  "name": m["name"], "labels": m.get("labels") or {},
-                                  "value": m["value"], "unit": m["unit"],
-                                  "ci": st.get("ci"), "n": st.get("n")})
+    for e in run.results:
+        cases[e.key] = {"suite": e.suite, "kind": e.kind, "outcome": e.outcome,
+                        "reason": e.reason[:300], "warnings": warnings_of(e)}
+        if e.expected:  # its status under the expectations file
+            cases[e.key]["expected"] = e.expected
+        for m in e.metrics:
+            if m.headline:
+                headlines.append({"case": e.key, "metric": metric_id(m.name, m.labels),
+                                  "name": m.name, "labels": m.labels, "value": m.value,
+                                  "unit": m.unit, "ci": (m.stats or {}).get("ci"),
+                                  "n": (m.stats or {}).get("n")})
     return {"cases": cases, "headlines": headlines}
 
 
@@ -169,7 +168,7 @@ def judge_again(base: Path, thresholds: dict[str, float] | None = None,
 
 
 def judge(base: Path, labels: list[str], versions: dict[str, str],
-          runs: dict[str, list[dict]], rounds: int,
+          runs: dict[str, list[Run]], rounds: int,
           thresholds: dict[str, float] | None = None,
           more_rounds: dict[str, int] | None = None,
           expected: tuple[list, str] | None = None,
@@ -185,9 +184,9 @@ def judge(base: Path, labels: list[str], versions: dict[str, str],
         if expected is not None:  # each version by its own torch: entries name versions
             judged[label] = expectations.judge_run(merged[label], expected[0], expected[1],
                                                    expectations.known_cases())
-            expectations.annotate(merged[label], judged[label])
-        records.write_json_atomic(campaign.merged_path(base, str(labels.index(label))),
-                                  records.scrub_paths(merged[label]))
+            merged[label] = expectations.annotate(merged[label], judged[label])
+        records.write_run(campaign.merged_path(base, str(labels.index(label))), merged[label],
+                          scrub=True)
     summary = {label: summarize_side(merged[label]) for label in labels}
     for label, j in judged.items():
         summary[label]["expectations"] = j.to_json()
@@ -196,19 +195,19 @@ def judge(base: Path, labels: list[str], versions: dict[str, str],
         changes = campaign.judge_pair(runs[prev], runs[this], merged[prev], merged[this],
                                       thresholds, cal=cal)
         every += changes
-        headline_ids = {(h["case"], compare.metric_key(h)) for h in summary[this]["headlines"]}
+        headline_ids = {(h["case"], MetricKey.of(h["name"], h["labels"]))
+                        for h in summary[this]["headlines"]}
         steps.append({
             "from": prev, "to": this, "counts": compare.counts(changes),
             "verdicts": [c.to_json() for c in changes if c.verdict in ("regression",
                                                                        "improvement")],
             "headline_verdicts": [c.to_json() for c in changes
-                                  if (c.case, compare.metric_key({"name": c.metric,
-                                                                  "labels": c.labels}))
+                                  if (c.case, MetricKey.of(c.metric, c.labels))
                                   in headline_ids],
             "changes": outcome_changes(summary[prev], summary[this], prev, this)})
-    record = {"schema": SCHEMA, "machine": machine.fingerprint(), "started": merged[
-        labels[0]]["started"], "rounds": rounds, "more_rounds": more_rounds or {},
-        "order": "rotated round by round",
+    record = {
+        "schema": SCHEMA, "machine": machine.fingerprint(), "started": merged[labels[0]].started,
+        "rounds": rounds, "more_rounds": more_rounds or {}, "order": "rotated round by round",
         "versions": [{"label": label, "torch": versions[label]} for label in labels],
         "sides": summary, "steps": steps}
     if extension:

@@ -26,6 +26,7 @@ import torch
 
 from harness import expectations, runner, timing
 from harness.cases import Case, Params, Suite, Workload, param_id
+from harness.records import Result
 from harness.telemetry import Telemetry
 
 PROFILE = "quick"
@@ -85,14 +86,13 @@ def _cases(suite: Suite, kind: str) -> list:
     return out
 
 
-def _only_timings_failed(entry: dict) -> bool:
+def _only_timings_failed(entry: Result) -> bool:
     """Whether every check the case failed was a timing (a speedup floor, a latency bound)."""
-    failed = [c for c in entry["checks"] if not c["passed"]]
-    return entry["outcome"] == "fail" and bool(failed) and all(c.get("performance")
-                                                               for c in failed)
+    failed = [c for c in entry.checks if not c.passed]
+    return entry.outcome == "fail" and bool(failed) and all(c.performance for c in failed)
 
 
-def _assert_passes(case: Case, device: str, params: Params) -> dict:
+def _assert_passes(case: Case, device: str, params: Params) -> Result:
     """Run the case as a run does, with the host's telemetry; it must pass, or fail as the
     expectations file says.
 
@@ -104,16 +104,16 @@ def _assert_passes(case: Case, device: str, params: Params) -> dict:
     entry = runner.execute(case, device, params, PROFILE, telemetry=process_telemetry())
     if _only_timings_failed(entry):
         entry = runner.execute(case, device, params, PROFILE, telemetry=process_telemetry())
-    if entry["outcome"] == "skip":
-        pytest.skip(entry["reason"])
-    if entry["outcome"] == "invalid":
-        pytest.skip(f"measured contended, so not judged: {entry['reason']}")
+    if entry.outcome == "skip":
+        pytest.skip(entry.reason)
+    if entry.outcome == "invalid":
+        pytest.skip(f"measured contended, so not judged: {entry.reason}")
     judged = expectations.judge_result(entry, _here(), _expectations())
     if judged.status == "expected-fail":
-        raise ExpectedFailure(f"{judged.issue}: {entry['reason']}")
-    detail = entry["details"].get("traceback", "")
-    assert not judged.unexpected, f"{judged.status}: {judged.why}; {entry['reason']}\n{detail}"
-    assert entry["outcome"] == "pass", f"{entry['outcome']}: {entry['reason']}\n{detail}"
+        raise ExpectedFailure(f"{judged.issue}: {entry.reason}")
+    detail = entry.details.get("traceback", "")
+    assert not judged.unexpected, f"{judged.status}: {judged.why}; {entry.reason}\n{detail}"
+    assert entry.outcome == "pass", f"{entry.outcome}: {entry.reason}\n{detail}"
     return entry
 
 
@@ -133,7 +133,7 @@ def benchmark_case_tests(suite: Suite):
     @pytest.mark.parametrize(("case", "device", "params"), _cases(suite, "benchmark"))
     def test_benchmark_case(case: Case, device: str, params: Params) -> None:
         entry = _assert_passes(case, device, params)
-        assert entry["metrics"], "a benchmark case must record metrics"
+        assert entry.metrics, "a benchmark case must record metrics"
 
     return test_benchmark_case
 

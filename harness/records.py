@@ -109,7 +109,7 @@ def _extra(doc: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k not in known}
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class MetricKey:
     """A metric's identity within its result: its name and its labels (sorted, hashable)."""
 
@@ -314,15 +314,24 @@ class Run:
     notes: tuple[str, ...] = ()
     telemetry: dict[str, Any] | None = None  # the telemetry's sources (sampler info)
     hosts: list[dict[str, Any]] | None = None  # a run across hosts: one entry per host
+    # the expectations file's verdict on it (harness.expectations.RunJudgement.to_json)
+    expectations: dict[str, Any] | None = None
+    # a side of a campaign merged over its rounds (harness.campaign): which side, its
+    # environment and its rounds
+    ab: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
     _KEYS = ("schema_version", "machine", "profile", "started", "finished", "interrupted",
-             "command", "notes", "results", "telemetry", "hosts")
+             "command", "notes", "results", "telemetry", "hosts", "expectations", "ab")
 
     @property
     def machine_name(self) -> str:
         return self.machine.get("name", "?")
+
+    @property
+    def torch_version(self) -> str | None:
+        return (self.machine.get("torch") or {}).get("version")
 
     def __iter__(self) -> Iterator[Result]:
         return iter(self.results)
@@ -339,7 +348,8 @@ class Run:
                    tuple(Result.from_json(e) for e in d.get("results", [])),
                    bool(d.get("interrupted", False)), tuple(d.get("command", [])),
                    tuple(d.get("notes", [])), d.get("telemetry"), d.get("hosts"),
-                   d.get("schema_version", SCHEMA_VERSION), _extra(d, cls._KEYS))
+                   d.get("expectations"), d.get("ab"), d.get("schema_version", SCHEMA_VERSION),
+                   _extra(d, cls._KEYS))
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -351,6 +361,10 @@ class Run:
             d["telemetry"] = self.telemetry
         if self.hosts is not None:
             d["hosts"] = self.hosts
+        if self.expectations is not None:
+            d["expectations"] = self.expectations
+        if self.ab is not None:
+            d["ab"] = self.ab
         return d | self.extra
 
 
@@ -436,8 +450,11 @@ def validate(doc: Any, source: str = "run") -> dict:
     return doc
 
 
-def write_run(path: str | Path, run: Run) -> Path:
-    return write_json_atomic(path, run.to_json())
+def write_run(path: str | Path, run: Run, scrub: bool = False) -> Path:
+    """Write `run` atomically; `scrub`: with this machine's directories replaced by aliases
+    (see scrub_paths)."""
+    doc = run.to_json()
+    return write_json_atomic(path, scrub_paths(doc) if scrub else doc)
 
 
 def read_run(path: str | Path) -> Run:

@@ -10,6 +10,7 @@ a broken feature.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -163,7 +164,7 @@ def execute(
     profile: str,
     telemetry: Telemetry | None = None,
     worker_setup: Callable[[], None] | None = None,
-) -> dict[str, Any]:
+) -> records.Result:
     """Run one case once and return its result entry (never raises, except KeyboardInterrupt).
 
     With `telemetry`, the hardware is sampled while the case runs and the summary (power,
@@ -172,14 +173,7 @@ def execute(
     purpose inside workers (in this process, monkeypatch does it).
     """
     ctx = Context(device=device, profile=profile, params=dict(params))
-    entry: dict[str, Any] = {
-        "suite": case.suite,
-        "case": case.name,
-        "kind": case.kind,
-        "device": device,
-        "params": dict(params),
-        "started": records.now(),
-    }
+    started = records.now()
     sampled = telemetry is not None and case.sampled
     sampler = telemetry.sampler() if sampled else nullcontext()
     t0 = time.perf_counter()
@@ -193,23 +187,16 @@ def execute(
     tel_summary = sampler.summary(ctx.iterations) if sampled else None
     if outcome == "fail" and (contended := _contended_reason(ctx, tel_summary)):
         outcome, reason = "invalid", contended
-    entry.update(
-        outcome=outcome,
-        reason=reason[:MAX_REASON],
-        elapsed_s=round(time.perf_counter() - t0, 3),
-        metrics=[m.to_json() for m in ctx.metrics],
-        checks=[{"name": c.name, "passed": c.passed, "detail": c.detail}
-                | ({"performance": True} if c.performance else {}) for c in ctx.checks],
-        notes=ctx.notes + _warning_notes(caught) + stderr_note,
-        tables=ctx.tables,
-        shown_tables=ctx.shown_tables,
-        details=ctx.details,
-        telemetry=tel_summary,
-    )
-    if (cluster := launch.cluster()) is not None:
+    cluster = launch.cluster()
+    result = records.Result(
+        case.suite, case.name, outcome, reason[:MAX_REASON], kind=case.kind, device=device,
+        params=dict(params), started=started, elapsed_s=round(time.perf_counter() - t0, 3),
+        metrics=tuple(m.record() for m in ctx.metrics), checks=tuple(ctx.checks),
+        notes=(*ctx.notes, *_warning_notes(caught), *stderr_note), tables=ctx.tables,
+        shown_tables=tuple(ctx.shown_tables), details=ctx.details, telemetry=tel_summary,
         # the hosts each rank ran on: the pair a figure crossed
-        entry["placement"] = cluster.take_placements()
-    return records.scrub_paths(entry)
+        placement=cluster.take_placements() if cluster is not None else None)
+    return records.Result.from_json(records.scrub_paths(result.to_json()))
 
 
 def _run_guarded(case: Case, ctx: Context, sampler, worker_setup: Callable[[], None] | None
@@ -308,13 +295,12 @@ class _SignalGuard:
             signal.signal(s, signal.SIG_DFL if h is None else h)
 
 
-def _mark_interrupted(run_doc: dict, stop: Interrupted, planned: int) -> None:
+def _mark_interrupted(run: records.Run, stop: Interrupted, planned: int) -> records.Run:
     """Say in the record that the run ended early, where, and why. `finished` stays null:
     it is the time of a run that ran to the end."""
-    run_doc["interrupted"] = True
-    run_doc["notes"].append(
+    return dataclasses.replace(run, interrupted=True).with_notes(
         f"interrupted by {stop.signame} at {records.now()} {stop.where}; "
-        f"{len(run_doc['results'])} of {planned} case runs finished and are kept, "
+        f"{len(run.results)} of {planned} case runs finished and are kept, "
         f"the rest did not run")
 
 
@@ -326,7 +312,7 @@ def run(
     progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
     hosts: list[dict[str, Any]] | None = None,
     notes: Sequence[str] = (),
-) -> tuple[Path, dict]:
+) -> tuple[Path, records.Run]:
     """Execute the plan, rewriting the run file atomically after every case.
 
     A run interrupted part-way keeps every finished case on disk, with `finished` null.
@@ -343,29 +329,27 @@ def run(
         guard.install()
         # the command as typed, without this machine's path to the executable
         command = [Path(sys.argv[0]).name, *sys.argv[1:]]
-        run_doc = records.new_run(machine.fingerprint(), profile, command=command)
-        if telemetry is not None:
-            run_doc["telemetry"] = telemetry.info
-        if hosts is not None:  # a run across hosts (harness.nodes): node 0 writes the record
-            run_doc["hosts"] = hosts
-        run_doc["notes"].extend(notes)
+        # hosts: a run across hosts (harness.nodes), whose record node 0 writes
+        run_doc = records.new_run(machine.fingerprint(), profile, command=command,
+                                  telemetry=telemetry.info if telemetry is not None else None,
+                                  hosts=hosts, notes=tuple(notes))
         path = records.run_path(out_dir, run_doc)
-        records.write_json_atomic(path, run_doc)
+        records.write_run(path, run_doc)
         width = len(str(len(planned)))
         for i, p in enumerate(planned, 1):
             guard.install()  # a library may have replaced the handlers during the last case
             where = f"during {p.label} (case {i} of {len(planned)})"
             progress(f"[{i:>{width}}/{len(planned)}] {p.label} ...")
             entry = execute(p.case, p.device, p.params, profile, telemetry)
-            run_doc["results"].append(entry)
+            run_doc = run_doc.with_result(entry)
             where = f"after {p.label} (case {i} of {len(planned)})"
-            records.write_json_atomic(path, run_doc)
-            tail = f" ({entry['reason']})" if entry["reason"] else ""
-            progress(f"[{i:>{width}}/{len(planned)}] {p.label} {entry['outcome']} "
-                     f"in {entry['elapsed_s']:.1f} s{tail}")
+            records.write_run(path, run_doc)
+            tail = f" ({entry.reason})" if entry.reason else ""
+            progress(f"[{i:>{width}}/{len(planned)}] {p.label} {entry.outcome} "
+                     f"in {entry.elapsed_s:.1f} s{tail}")
             guard.check()
-        run_doc["finished"] = records.now()
-        records.write_json_atomic(path, run_doc)
+        run_doc = dataclasses.replace(run_doc, finished=records.now())
+        records.write_run(path, run_doc)
         return path, run_doc
     except KeyboardInterrupt as e:
         sys.stderr.flush()
@@ -374,8 +358,7 @@ def run(
         stop = e if isinstance(e, Interrupted) else Interrupted(signal.SIGINT)
         stop.where, stop.path = where, path
         if path is not None:  # else the record was not written yet: nothing to keep
-            _mark_interrupted(run_doc, stop, len(planned))
-            records.write_json_atomic(path, run_doc)
+            records.write_run(path, _mark_interrupted(run_doc, stop, len(planned)))
         if stop is e:
             raise
         raise stop from e

@@ -4,6 +4,7 @@ of metrics; unverified without samples; history bands; the machine guard."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import subprocess
@@ -25,34 +26,37 @@ def _samples(rng, centre: float, n: int = 40, spread: float = 0.03) -> list[floa
     return list(centre * rng.lognormal(0.0, spread, n))
 
 
-def _run(metrics: list[dict], machine: dict | None = None, **entry) -> dict:
-    run = records.new_run(copy.deepcopy(machine or MACHINE), "quick")
-    run["results"] = [{"suite": "s", "case": "c", "kind": "benchmark", "device": "cpu",
-                       "params": {}, "outcome": "pass", "reason": "", "metrics": metrics,
-                       **entry}]
-    return run
+def _run(metrics: list[records.Metric | dict], machine: dict | None = None,
+         **entry) -> records.Run:
+    """A run of one result of case s/c (or as `entry` says) with `metrics`; fields a result
+    does not have (an `index`, say) are kept as its extra fields."""
+    result = records.Result.from_json({
+        "suite": "s", "case": "c", "kind": "benchmark", "device": "cpu", "params": {},
+        "outcome": "pass", "reason": "", **entry,
+        "metrics": [m if isinstance(m, dict) else m.to_json() for m in metrics]})
+    return records.new_run(copy.deepcopy(machine or MACHINE), "quick").with_result(result)
 
 
 def _metric(name: str, samples: list[float] | None, kind: str = "time", q: float = 0.5,
-            labels: dict | None = None, value: float | None = None) -> dict:
+            labels: dict | None = None, value: float | None = None) -> records.Metric:
     ctx = Context("cpu", "quick", {})
     if samples is None:
         m = ctx.metric(name, value, "s", kind=kind, better="lower", labels=labels)
     else:
         m = ctx.metric(name, float(np.quantile(samples, q)) if value is None else value, "s",
                        kind=kind, better="lower", samples=samples, q=q, labels=labels)
-    return m.to_json()
+    return m.record()
 
 
 def test_summary_keeps_bounded_samples_and_one_set_of_statistics():
     xs = list(np.random.default_rng(0).lognormal(0, 0.1, 1000))
     m = _metric("t", xs)
-    assert len(m["samples"]) == stats.MAX_SAMPLES and m["stats"]["n"] == 1000
-    st = m["stats"]
+    assert len(m.samples) == stats.MAX_SAMPLES and m.count == 1000
+    st = m.stats
     assert st["p25"] <= st["median"] <= st["p75"]
     assert st["ci"][0] <= st["median"] <= st["ci"][1]
     assert set(st) >= {"n", "median", "p25", "p75", "ci", "ci_level"}
-    records.validate(_run([m]))
+    records.validate(_run([m]).to_json())
 
 
 def test_a_ratio_carries_a_bootstrap_interval_from_its_inputs():
@@ -118,8 +122,8 @@ def test_the_interval_is_the_judged_changes_and_carries_the_spread_between_runs(
         changes.append((side(a_rounds), side(b_rounds)))
     a = _run([m for m, _ in changes])
     b = _run([m for _, m in changes])
-    key = compare.result_key(a["results"][0])
-    reps = {(key, compare.metric_key(m)): compare.RoundValues(a_rounds, b_rounds)
+    key = a.results[0].key
+    reps = {(key, m.key): compare.RoundValues(a_rounds, b_rounds)
             for m, _ in changes}
     for c in compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps):
         lo, hi = c.interval
@@ -182,10 +186,9 @@ def test_metrics_without_samples_are_unverified_never_regressions():
 
 
 def test_version_1_records_are_read_and_their_metrics_unverified(tmp_path):
-    v1 = _run([{"name": "p50[gloo,4B]", "value": 1.0, "unit": "s", "kind": "latency",
-                "better": "lower", "stats": {"median": 1.0, "iqr": 0.1}}])
-    v1["schema_version"] = 1
-    path = records.write_json_atomic(tmp_path / "v1.json", v1)
+    v1 = _run([records.Metric("p50[gloo,4B]", 1.0, "s", "latency", "lower",
+                              stats={"median": 1.0, "iqr": 0.1})])
+    path = records.write_run(tmp_path / "v1.json", dataclasses.replace(v1, schema_version=1))
     old = records.read_run(path)
     (c,) = compare.compare_runs(old, old)
     assert c.verdict == "unverified"
@@ -238,8 +241,8 @@ def test_history_restarts_after_a_step():
     assert compare._current_segment(values) == values[4:]
 
 
-def _write(tmp_path: Path, name: str, run: dict) -> Path:
-    return records.write_json_atomic(tmp_path / name, run)
+def _write(tmp_path: Path, name: str, run: records.Run) -> Path:
+    return records.write_run(tmp_path / name, run)
 
 
 def _compare(*args: str) -> subprocess.CompletedProcess:
@@ -319,7 +322,7 @@ def test_ab_takes_the_history_of_this_machines_hardware(tmp_path):
     _write(tmp_path, "20260102T000000Z-quick.json", elsewhere)
     args = argparse.Namespace(no_history=False, history=str(tmp_path), profile="quick")
     (kept,) = ab_command.history_floor(args)
-    assert kept["machine"] == here["machine"]
+    assert kept.machine == here.machine
 
 
 def test_in_ab_the_history_keeps_a_flipping_metric_from_looking_steady():
@@ -328,7 +331,7 @@ def test_in_ab_the_history_keeps_a_flipping_metric_from_looking_steady():
     rng = np.random.default_rng(11)
     quiet = [_metric("t", _samples(rng, 1.0, spread=0.01), labels={"i": i}) for i in range(6)]
 
-    def run(flip: float) -> dict:
+    def run(flip: float) -> records.Run:
         return _run([*quiet, _metric("t", _samples(rng, flip, spread=0.01),
                                      labels={"i": "flips"})])
 
@@ -345,7 +348,8 @@ def test_in_ab_the_history_keeps_a_flipping_metric_from_looking_steady():
     assert judged["flips"].verdict == "inconclusive", judged["flips"].why
 
 
-def _rounds(levels: list[float], rng, change: float = 1.0, members: int = 6) -> list[dict]:
+def _rounds(levels: list[float], rng, change: float = 1.0,
+            members: int = 6) -> list[records.Run]:
     """One side's rounds of a family of figures (a GEMM at six sizes): each round's level is
     the machine's state then, shared by both sides of the round."""
     return [_run([_metric("t", _samples(rng, lv * change, n=20, spread=0.005), labels={"i": i})
@@ -374,7 +378,7 @@ def test_ab_judges_each_round_by_its_own_ratio():
                                                     replicates=unpaired)} == {"inconclusive"}
 
 
-def _two_case_rounds(rng, small: list[float], spread: float = 0.1) -> list[dict]:
+def _two_case_rounds(rng, small: list[float], spread: float = 0.1) -> list[records.Run]:
     """One side's rounds (one per item of `small`) of two cases: "c", six independent figures
     whose level is drawn per process (log spread `spread`, like GEMMs at six sizes), and
     "small", three figures of one loop at that round's level (the telemetry sampler's times)."""
@@ -382,10 +386,9 @@ def _two_case_rounds(rng, small: list[float], spread: float = 0.1) -> list[dict]
     for level in small:
         run = _run([_metric("t", _samples(rng, rng.lognormal(0, spread), n=20, spread=0.005),
                             labels={"i": i}) for i in range(6)])
-        run["results"].append({**run["results"][0], "case": "small", "metrics": [
+        rounds.append(run.with_result(dataclasses.replace(run.results[0], case="small", metrics=tuple(
             _metric("t", _samples(rng, level, n=20, spread=0.005), labels={"j": j})
-            for j in range(3)]})
-        rounds.append(run)
+            for j in range(3)))))
     return rounds
 
 
@@ -441,8 +444,9 @@ def test_ab_pairs_rounds_by_round_when_one_is_left_out():
     rng = np.random.default_rng(13)
     levels = [1.0, 1.3, 0.8, 1.2]
     a_rounds, b_rounds = _rounds(levels, rng), _rounds(levels, rng)
-    for e in a_rounds[1]["results"]:
-        e["telemetry"] = {"valid": False, "invalid_reasons": ["host busy"]}
+    a_rounds[1] = dataclasses.replace(a_rounds[1], results=tuple(
+        dataclasses.replace(e, telemetry={"valid": False, "invalid_reasons": ["host busy"]})
+        for e in a_rounds[1].results))
     reps = campaign.round_values(a_rounds, b_rounds)
     for r in reps.values():
         assert r.paired and len(r.baseline) == 3
@@ -548,7 +552,7 @@ def _fake_campaign(monkeypatch, rng) -> list:
         run = _run([_metric("t", _samples(rng, rng.lognormal(0, spread[case]), n=20,
                                           spread=0.005), labels={"i": i}) for i in range(6)],
                    case=case)
-        records.write_json_atomic(out / "m" / "run.json", run)
+        records.write_run(out / "m" / "run.json", run)
         return out / "m" / "run.json"
 
     monkeypatch.setattr(campaign, "run_round", fake_round)
@@ -585,7 +589,7 @@ def test_ab_runs_the_further_rounds_an_inconclusive_benchmark_needs_in_the_same_
     # the further rounds kept the alternation: each round's first side, from the log
     firsts = [line.split()[1] for line in said if "s.noisy (round" in line]
     assert "".join(firsts[::2]) == ab.schedule(10)[::2]
-    assert {e["case"]: e["details"]["rounds"] for e in res["B"]["results"]} == {
+    assert {e.case: e.details["rounds"] for e in res["B"].results} == {
         "noisy": 10, "quiet": 5}
     verdicts = {c.case.split("[")[0]: set() for c in res["changes"]}
     for c in res["changes"]:
@@ -632,19 +636,19 @@ def test_ab_loads_a_units_rounds_in_the_order_of_their_index_past_99(tmp_path):
     from harness import ab, campaign
 
     for i, side in enumerate(ab.schedule(52)):
-        records.write_json_atomic(tmp_path / "rounds" / f"rpc.round_trip-{i:02d}-{side}" / "m"
-                                  / "run.json", _run([], index=i))
+        records.write_run(tmp_path / "rounds" / f"rpc.round_trip-{i:02d}-{side}" / "m"
+                          / "run.json", _run([], index=i))
     loaded = campaign.load_rounds(tmp_path)
     for side in ("A", "B"):
-        assert [r["results"][0]["index"] for r in loaded[side]] == [
+        assert [r.results[0].extra["index"] for r in loaded[side]] == [
             i for i, s in enumerate(ab.schedule(52)) if s == side]
     # the folders of the campaign engine are named by round, both sides of a round alike
     for r in range(52):
         for side in "AB":
-            records.write_json_atomic(tmp_path / "by-round" / "rounds" / f"u-{r:02d}-{side}"
-                                      / "m" / "run.json", _run([], index=r))
+            records.write_run(tmp_path / "by-round" / "rounds" / f"u-{r:02d}-{side}"
+                              / "m" / "run.json", _run([], index=r))
     loaded = campaign.load_rounds(tmp_path / "by-round")
-    assert [r["results"][0]["index"] for r in loaded["B"]] == list(range(52))
+    assert [r.results[0].extra["index"] for r in loaded["B"]] == list(range(52))
 
 
 def test_ab_pairs_a_cases_rounds_by_its_own_runs_whatever_else_a_process_ran():
@@ -653,13 +657,13 @@ def test_ab_pairs_a_cases_rounds_by_its_own_runs_whatever_else_a_process_ran():
     # k-th run holding the case is its k-th round, a contended one counted too
     from harness import campaign
 
-    def side(values: list[float | None], other_first: bool) -> list[dict]:
+    def side(values: list[float | None], other_first: bool) -> list[records.Run]:
         other = _run([{"name": "t", "value": 1.0, "kind": "time"}], case="other")
         runs = []
         for v in values:
-            e = _run([{"name": "t", "value": v or 1.0, "kind": "time"}])
-            if v is None:  # a contended round
-                e["results"][0]["telemetry"] = {"valid": False, "invalid_reasons": ["busy"]}
+            # None: a contended round
+            busy = {"valid": False, "invalid_reasons": ["busy"]} if v is None else None
+            e = _run([{"name": "t", "value": v or 1.0, "kind": "time"}], telemetry=busy)
             runs += [other, e] if other_first else [e, other]
         return runs
 
@@ -681,14 +685,14 @@ def test_ab_goes_round_by_round_so_one_sides_rounds_of_a_suite_are_never_back_to
         assert "".join("AB"[i] for u, _, i in plan if u == unit) == ab.schedule(3)
 
 
-def _rate_run(aborted: int, trials: int) -> dict:
+def _rate_run(aborted: int, trials: int) -> records.Run:
     from harness import clean_exit
 
     ctx = Context("cpu", "quick", {})
     ends = [[clean_exit.End(0, None, "SIGABRT", False, True, 0, "terminate called")]] * aborted
     ends += [[clean_exit.End(0, 0, None, False, False, 0, "")]] * (trials - aborted)
     clean_exit.record(ctx, "p", ends)
-    return _run([m.to_json() for m in ctx.metrics], kind="conformance",
+    return _run([m.record() for m in ctx.metrics], kind="conformance",
                 outcome="fail" if aborted else "pass")
 
 
@@ -714,10 +718,10 @@ def test_ab_merges_rounds_pooling_samples_and_leaving_contended_ones_out():
     busy = _run([_metric("t", _samples(rng, 5.0, n=20))],
                 telemetry={"valid": False, "invalid_reasons": ["host busy"]})
     merged = campaign.merge_runs([*good, busy])
-    (e,) = merged["results"]
-    (m,) = e["metrics"]
-    assert m["stats"]["n"] == 40 and m["value"] < 1.2
-    assert any("1 of 3 rounds measured contended" in n for n in e["notes"])
+    (e,) = merged.results
+    (m,) = e.metrics
+    assert m.count == 40 and m.value < 1.2
+    assert any("1 of 3 rounds measured contended" in n for n in e.notes)
 
 
 def test_ab_rejects_an_environment_that_cannot_run_the_suites(tmp_path):
@@ -728,7 +732,7 @@ def test_ab_rejects_an_environment_that_cannot_run_the_suites(tmp_path):
 
 
 def _latency_rounds(rng, rounds: int, change: float = 1.0, session_sd: float = 0.05,
-                    process_sd: float = 0.0) -> list[dict]:
+                    process_sd: float = 0.0) -> list[records.Run]:
     """One side's rounds of a latency family like rpc/round_trip's: "steady" is measured in six
     sessions per process whose levels scatter by `session_sd` (and by `process_sd` from one
     process to the next); four raw-socket floors, without sessions, jump 40% between rounds."""
@@ -745,11 +749,11 @@ def _latency_rounds(rng, rounds: int, change: float = 1.0, session_sd: float = 0
             ctx.metric("p50", float(rng.lognormal(0.0, 0.4)), "s", kind="latency",
                        better="lower", labels={"path": f"floor{i}"},
                        samples=_samples(rng, rng.lognormal(0.0, 0.4), n=60, spread=0.01))
-        out.append(_run([m.to_json() for m in ctx.metrics]))
+        out.append(_run([m.record() for m in ctx.metrics]))
     return out
 
 
-STEADY = ("s/c[cpu default]", ("p50", repr(sorted({"path": "steady"}.items()))))
+STEADY = ("s/c[cpu default]", records.MetricKey.of("p50", {"path": "steady"}))
 
 
 def _trusting_steady() -> calibration.Calibration:
@@ -798,9 +802,11 @@ def test_a_figure_judged_on_its_sessions_is_held_to_its_tolerance_on_them_too():
     a_rounds = _latency_rounds(rng, 5, session_sd=0.01)
     b_rounds = _latency_rounds(rng, 5, change=1.03, session_sd=0.01)
     a, b = campaign.merge_runs(a_rounds), campaign.merge_runs(b_rounds)
-    (pa,) = [m for m in a["results"][0]["metrics"] if m["labels"]["path"] == "steady"]
-    (pb,) = [m for m in b["results"][0]["metrics"] if m["labels"]["path"] == "steady"]
-    pb["value"] = pa["value"] * 1.08
+    (pa,) = [m for m in a.results[0].metrics if m.labels["path"] == "steady"]
+    (e,) = b.results
+    b = dataclasses.replace(b, results=(dataclasses.replace(e, metrics=tuple(
+        dataclasses.replace(m, value=pa.value * 1.08) if m.labels["path"] == "steady" else m
+        for m in e.metrics)),))
     changes = compare.compare_runs(a, b, compare.AB_THRESHOLDS,
                                    replicates=campaign.round_values(a_rounds, b_rounds),
                                    cal=_trusting_steady())
@@ -827,7 +833,7 @@ def test_sessions_that_understate_the_spread_between_processes_are_not_trusted()
     from harness import campaign
 
     reps = campaign.round_values(a_rounds, b_rounds)
-    rep = next(r for k, r in reps.items() if "steady" in k[1][1])
+    rep = next(r for k, r in reps.items() if "steady" in str(k[1]))
     assert rep.within is not None and compare._rounds_exceed(*rep[:2], rep.within)
     steady, changes = _steady(a_rounds, b_rounds)
     assert compare.counts(changes)["regression"] == compare.counts(changes)["improvement"] == 0
@@ -843,7 +849,7 @@ def test_without_a_calibration_a_figures_sessions_are_not_trusted_alone():
     rng = np.random.default_rng(21)
     a_rounds, b_rounds = _latency_rounds(rng, 3), _latency_rounds(rng, 3, change=1.15)
     rep = next(r for k, r in campaign.round_values(a_rounds, b_rounds).items()
-               if "steady" in k[1][1])
+               if "steady" in str(k[1]))
     assert rep.within is not None and not compare._rounds_exceed(*rep[:2], rep.within)
     trusted = _steady(a_rounds, b_rounds)[0]
     conservative = _steady(a_rounds, b_rounds, cal=_calibration())[0]
@@ -852,14 +858,14 @@ def test_without_a_calibration_a_figures_sessions_are_not_trusted_alone():
 
 
 def _session_metric(rng, sessions: list[float], q: float = 0.9, calls: int = 40,
-                    labels: dict | None = None) -> dict:
+                    labels: dict | None = None) -> records.Metric:
     """A p90 measured in sessions, as rpc/round_trip's: `calls` per session around its level,
     the value the pooled calls' quantile."""
     pooled = [x for s in sessions for x in _samples(rng, s, n=calls, spread=0.05)]
     ctx = Context("cpu", "quick", {})
     return ctx.metric("p90", float(np.quantile(pooled, q)), "s", kind="latency",
                       better="lower", samples=pooled, q=q, sessions=sessions,
-                      labels=labels or {"path": "gloo"}).to_json()
+                      labels=labels or {"path": "gloo"}).record()
 
 
 # Gloo's 64 KiB round trip here: each RPC session sits near 0.1 ms or 4 ms, drawn per session
@@ -875,7 +881,7 @@ def test_a_figure_measured_in_sessions_is_tested_on_its_sessions_not_its_pooled_
     slow = list(4e-3 * rng.lognormal(0, 0.02, 6))
     base = _session_metric(rng, slow)
     flipped = _session_metric(rng, FLIPPING)
-    assert stats.shift_pvalue(base["samples"], flipped["samples"], 0.9) < 1e-6
+    assert stats.shift_pvalue(base.samples, flipped.samples, 0.9) < 1e-6
     c = compare.compare_metric("s/c", base, flipped, compare.DEFAULT_THRESHOLDS)
     assert c.pvalue > 0.01
     lo, hi = c.interval
@@ -885,7 +891,7 @@ def test_a_figure_measured_in_sessions_is_tested_on_its_sessions_not_its_pooled_
     assert c.pvalue < 1e-4 and c.interval[0] > 1.2
 
 
-def _gloo_p90(rng, slow_shares: list[float], calls: int = 40) -> dict:
+def _gloo_p90(rng, slow_shares: list[float], calls: int = 40) -> records.Metric:
     """Gloo's 64 KiB p90 as measured here: each session's calls take 0.1 ms, or 4 ms for a
     share of them that is drawn per session (none, or one in six, or half)."""
     per_session = [[4e-3 if i < share * calls else 1e-4 for i in range(calls)]
@@ -895,7 +901,7 @@ def _gloo_p90(rng, slow_shares: list[float], calls: int = 40) -> dict:
     ctx = Context("cpu", "quick", {})
     return ctx.metric("p90", float(np.quantile(pooled, 0.9)), "s", kind="latency",
                       better="lower", samples=pooled, q=0.9, labels={"path": "gloo"},
-                      sessions=[float(np.quantile(c, 0.9)) for c in per_session]).to_json()
+                      sessions=[float(np.quantile(c, 0.9)) for c in per_session]).record()
 
 
 def test_the_history_of_a_figure_measured_in_sessions_spreads_at_least_as_its_sessions():
@@ -906,7 +912,7 @@ def test_the_history_of_a_figure_measured_in_sessions_spreads_at_least_as_its_se
     sessions) it would be one; steady figures beside it keep their power."""
     rng = np.random.default_rng(31)
 
-    def run(gloo: list[float], level: float = 1.0) -> dict:
+    def run(gloo: list[float], level: float = 1.0) -> records.Run:
         steady = [_session_metric(rng, list(level * 2e-4 * rng.lognormal(0, 0.03, 6)),
                                   labels={"path": f"tp{i}"}) for i in range(4)]
         return _run([_gloo_p90(rng, gloo), *steady])
@@ -919,11 +925,10 @@ def test_the_history_of_a_figure_measured_in_sessions_spreads_at_least_as_its_se
     assert gloo.factor < 0.1 and gloo.verdict == "inconclusive"
     assert all(changes[f"tp{i}"].verdict == "regression" for i in range(4))
 
-    def without_sessions(r: dict) -> dict:
-        r = copy.deepcopy(r)
-        for m in r["results"][0]["metrics"]:
-            m.pop("sessions")
-        return r
+    def without_sessions(r: records.Run) -> records.Run:
+        (e,) = r.results
+        return dataclasses.replace(r, results=(dataclasses.replace(e, metrics=tuple(
+            dataclasses.replace(m, sessions=None) for m in e.metrics)),))
 
     bare = [without_sessions(r) for r in history]
     (gloo_bare, *_) = compare.compare_runs(bare[-1], without_sessions(cand), history=bare)

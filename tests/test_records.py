@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -11,30 +12,85 @@ from harness import records
 MACHINE = {"name": "test-machine"}
 
 
-def a_run(**overrides):
-    run = records.new_run(MACHINE, "quick")
-    run["results"].append({
+def a_doc(**overrides) -> dict:
+    """A run record as JSON, with one result."""
+    doc = records.new_run(MACHINE, "quick").to_json()
+    doc["results"].append({
         "suite": "s", "case": "c", "params": {"n": 1}, "outcome": "pass", "reason": "",
         "metrics": [{"name": "t", "value": 0.5, "unit": "s", "stats": {"median": 0.5}}],
     })
-    run.update(overrides)
-    return run
+    return doc | overrides
+
+
+def a_run(**overrides) -> records.Run:
+    return records.Run.from_json(a_doc(**overrides))
 
 
 def test_round_trip_keeps_the_contract_fields(tmp_path):
     run = a_run()
-    path = records.write_json_atomic(records.run_path(tmp_path, run), run)
+    path = records.write_run(records.run_path(tmp_path, run), run)
     assert path.parent.name == "test-machine" and path.name.endswith("-quick.json")
     back = records.read_run(path)
     assert back == run
+    doc = json.loads(path.read_text())
     for key in ("schema_version", "machine", "profile", "started", "finished", "results"):
-        assert key in back
-    assert set(back["results"][0]) >= {"suite", "case", "params", "outcome", "reason", "metrics"}
+        assert key in doc
+    assert set(doc["results"][0]) >= {"suite", "case", "params", "outcome", "reason", "metrics"}
+
+
+def test_typed_records_write_back_what_they_read():
+    """Every field, and keys this version does not know (a newer record's), survive."""
+    doc = a_doc(hosts=[{"host": "a"}], future_field={"x": 1})
+    doc["results"][0] |= {
+        "kind": "benchmark", "device": "cpu", "started": "2026-01-01T00:00:00+00:00",
+        "elapsed_s": 1.5, "checks": [{"name": "ok", "passed": True, "detail": ""},
+                                     {"name": "fast", "passed": False, "detail": "slow",
+                                      "performance": True}],
+        "notes": ["n"], "tables": {"t": [{"a": 1}]}, "shown_tables": ["t"], "details": {},
+        "telemetry": {"valid": True}, "expected": {"status": "pass"}, "newer": 3}
+    doc["results"][0]["metrics"][0] |= {
+        "labels": {"path": "gloo", "bytes": 4}, "kind": "time", "better": "lower",
+        "samples": [0.4, 0.5, 0.6], "sessions": [0.5, 0.5], "headline": True}
+    assert records.Run.from_json(doc).to_json() == doc
+    assert records.Run.from_json(doc).extra == {"future_field": {"x": 1}}
+
+
+def test_records_are_frozen_and_know_their_identity():
+    run = a_run()
+    result = run.results[0]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.outcome = "fail"  # type: ignore[misc]
+    assert result.key == "s/c[ n=1]"  # no device recorded
+    m = result.metrics[0]
+    assert m.key == records.MetricKey("t") and str(m.key) == "t"
+    labelled = records.Metric("p50", 1.0, "us", labels={"path": "gloo", "bytes": 4})
+    # one figure whatever the order its labels were recorded in
+    assert labelled.key == records.MetricKey.of("p50", {"bytes": 4, "path": "gloo"})
+    assert str(labelled.key) == "p50[bytes=4, path=gloo]"
+    assert result.metric(m.key) is m and result.metric(labelled.key) is None
+
+
+def test_a_result_says_whether_its_figures_may_be_judged():
+    ok = a_run().results[0]
+    assert ok.valid and ok.contended() is None
+    busy = dataclasses.replace(ok, telemetry={"valid": False, "invalid_reasons": ["steal 9%"]})
+    assert not busy.valid and busy.contended() == "measured contended: steal 9%"
+    assert dataclasses.replace(ok, outcome="invalid").contended() is not None
+
+
+def test_version_1_records_are_still_read(tmp_path):
+    """Schema 1 had no samples or labels: its figures read as figures without them."""
+    doc = a_doc(schema_version=1)
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(doc))
+    run = records.read_run(path)
+    assert run.schema_version == 1
+    assert run.results[0].metrics[0].samples is None and run.results[0].metrics[0].labels == {}
 
 
 def test_failed_write_keeps_the_previous_file(tmp_path):
     path = tmp_path / "run.json"
-    records.write_json_atomic(path, a_run())
+    records.write_run(path, a_run())
     before = path.read_text()
     with pytest.raises(ValueError):  # NaN is not JSON; the dump fails half-way
         records.write_json_atomic(path, {"x": float("nan")})
@@ -47,8 +103,8 @@ def test_failed_write_keeps_the_previous_file(tmp_path):
     [
         ("{not json", "not valid JSON"),
         (json.dumps({"hello": "world"}), "not a torch-release-bench run"),
-        (json.dumps(a_run(schema_version=99)), "schema_version 99 is not one this version reads"),
-        (json.dumps(a_run(results=[{"suite": "s"}])), "results/0"),
+        (json.dumps(a_doc(schema_version=99)), "schema_version 99 is not one this version reads"),
+        (json.dumps(a_doc(results=[{"suite": "s"}])), "results/0"),
     ],
 )
 def test_bad_files_are_rejected_with_one_line(tmp_path, content, expected):
@@ -61,17 +117,17 @@ def test_bad_files_are_rejected_with_one_line(tmp_path, content, expected):
 
 
 def test_bad_outcome_is_rejected(tmp_path):
-    run = a_run()
-    run["results"][0]["outcome"] = "sort of"
+    doc = a_doc()
+    doc["results"][0]["outcome"] = "sort of"
     path = tmp_path / "r.json"
-    path.write_text(json.dumps(run))
+    path.write_text(json.dumps(doc))
     with pytest.raises(records.RecordError, match="outcome"):
         records.read_run(path)
 
 
 def test_resolve_picks_the_newest_run_in_a_folder(tmp_path):
     for stamp in ("20260101T000000Z", "20260301T000000Z", "20260201T000000Z"):
-        records.write_json_atomic(tmp_path / "m" / f"{stamp}-quick.json", a_run())
+        records.write_run(tmp_path / "m" / f"{stamp}-quick.json", a_run())
     assert records.resolve_run(tmp_path).name == "20260301T000000Z-quick.json"
     with pytest.raises(records.RecordError, match="no such run file"):
         records.resolve_run(tmp_path / "missing.json")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from harness import records
 from harness.commands import common, judging
 from harness.commands.common import EXIT_FAILED, EXIT_OK, UsageError
 
@@ -41,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     judging.add_threshold(parser)
 
 
-def history_floor(args) -> list[dict] | None:
+def history_floor(args) -> list[records.Run] | None:
     """The separate runs whose spread is a floor under the rounds' (only when asked for: the
     rounds, interleaved side by side in one run, are what ab judges by)."""
     from harness import machine
@@ -49,7 +50,7 @@ def history_floor(args) -> list[dict] | None:
     if args.no_history or not args.history:
         return None
     # the whole fingerprint: the history keeps to this machine's hardware (`judging.history_runs`)
-    me = {"machine": machine.fingerprint(), "profile": args.profile}
+    me = records.new_run(machine.fingerprint(), args.profile)
     return judging.history_runs(args.history, me, set(), required=True)
 
 

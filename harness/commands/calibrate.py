@@ -43,7 +43,7 @@ def main(args) -> int:
                     Path(args.work), lambda s: print(s, file=sys.stderr, flush=True))
     except campaign.CampaignError as e:
         raise UsageError(f"calibrate: {e}") from e
-    fingerprint = res["A"]["machine"]
+    fingerprint = res["A"].machine
     measured = {"started": started, "finished": records.now(), "rounds": args.rounds,
                 "design": "sequential", "profile": args.profile,
                 "torch": (fingerprint.get("torch") or {}).get("version"),

@@ -35,7 +35,7 @@ def main(args) -> int:
 
     paths = [records.resolve_run(args.baseline), records.resolve_run(args.candidate)]
     base, cand = (records.read_run(p) for p in paths)
-    differ = machine.differences(base["machine"], cand["machine"])
+    differ = machine.differences(base.machine, cand.machine)
     if differ and not args.across_machines:
         raise UsageError("the runs are from different hardware (" + "; ".join(differ)
                          + "): no verdicts; pass --across-machines to judge them anyway")
@@ -46,12 +46,11 @@ def main(args) -> int:
         history = judging.history_runs(args.history, cand, exclude, required=True)
     else:
         history = sorted(judging.history_runs(paths[0].parent, cand, exclude | {paths[0].resolve()},
-                                  required=False) + [base], key=lambda r: r["started"])
-    cal, cal_line = common.read_calibration(args, cand["machine"])
+                                  required=False) + [base], key=lambda r: r.started)
+    cal, cal_line = common.read_calibration(args, cand.machine)
     changes = compare.compare_runs(base, cand, dict(args.threshold), history=history, cal=cal)
     for label, run in (("baseline ", base), ("candidate", cand)):
-        print(f"{label} {run['started']} {run['machine']['name']} torch "
-              f"{run['machine'].get('torch', {}).get('version')}")
+        print(f"{label} {run.started} {run.machine_name} torch {run.torch_version}")
     if differ:
         print("different hardware, judged anyway: " + "; ".join(differ))
     print(judging.history_line(history, changes))

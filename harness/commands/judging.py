@@ -26,22 +26,21 @@ def history_runs(spec, cand: dict, exclude: set, required: bool) -> list[dict]:
             run = records.read_run(p)
         except records.RecordError:
             continue  # not a run file (a comparison, a fingerprint)
-        if (run["machine"]["name"], run["profile"]) != (cand["machine"]["name"],
-                                                        cand["profile"]):
+        if (run.machine_name, run.profile) != (cand.machine_name, cand.profile):
             continue
         # A machine name can outlive its hardware (a VM moved to another host CPU): runs of
         # other hardware would set the noise floor from figures this one does not produce.
-        if differ := machine.differences(run["machine"], cand["machine"]):
+        if differ := machine.differences(run.machine, cand.machine):
             other_hardware.append(differ[0])
         else:
             runs.append(run)
     if other_hardware:
-        print(f"history: {len(other_hardware)} run(s) of {cand['machine']['name']} on other "
+        print(f"history: {len(other_hardware)} run(s) of {cand.machine_name} on other "
               f"hardware left out ({other_hardware[-1]})")
     if not runs and required:
-        raise UsageError(f"--history {spec}: no runs of machine {cand['machine']['name']}, "
-                         f"profile {cand['profile']}")
-    return sorted(runs, key=lambda r: r["started"])
+        raise UsageError(f"--history {spec}: no runs of machine {cand.machine_name}, "
+                         f"profile {cand.profile}")
+    return sorted(runs, key=lambda r: r.started)
 
 
 def history_line(history: list[dict] | None, changes) -> str:

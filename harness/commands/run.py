@@ -86,17 +86,17 @@ def main(args, hosts: list[dict] | None = None) -> int:
     finally:
         if tel is not None:
             tel.close()
-    judged = _judge_run(run, path, expected)
+    run, judged = _judge_run(run, path, expected)
     print(summary.run_summary(run))
     print(f"\nrun written to {path}")
     # An invalid case (a performance check missed on a contended machine) is reported but does
     # not fail the run: the measurement is void, the feature is not known to be broken.
-    reported = [e for e in run["results"] if e["outcome"] in ("fail", "error", "invalid")]
+    reported = [e for e in run.results if e.outcome in ("fail", "error", "invalid")]
     for e in reported:
-        print(f"{e['outcome']}: {e['suite']}/{e['case']} [{e['device']} {param_id(e['params'])}]"
-              f": {e['reason']}", file=sys.stderr)
+        print(f"{e.outcome}: {e.case_id} [{e.device} {param_id(e.params)}]: {e.reason}",
+              file=sys.stderr)
     if judged is None:  # --expectations none: the raw outcomes decide
-        return EXIT_FAILED if any(e["outcome"] != "invalid" for e in reported) else EXIT_OK
+        return EXIT_FAILED if any(e.outcome != "invalid" for e in reported) else EXIT_OK
     return common.expectations_exit(judged)
 
 
@@ -110,15 +110,17 @@ def _devices(requested: Sequence[str] | None, dry_run: bool = False) -> list[str
     return list(dict.fromkeys(requested))
 
 
-def _judge_run(run: dict, path, expected: tuple[list, str] | None):
-    """The run judged by the expectations and annotated on disk; None without them."""
+def _judge_run(run: records.Run, path, expected: tuple[list, str] | None):
+    """The run annotated by the expectations (on disk too) and their judgement; the run as it
+    is and None without them."""
     from harness import expectations
 
     if expected is None:
-        return None
+        return run, None
     judged = expectations.judge_run(run, expected[0], expected[1], expectations.known_cases())
-    records.write_json_atomic(path, expectations.annotate(run, judged))
-    return judged
+    run = expectations.annotate(run, judged)
+    records.write_run(path, run)
+    return run, judged
 
 
 def suites_spanning_hosts() -> list[str]:
