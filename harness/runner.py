@@ -22,14 +22,17 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness import launch, machine, records
+from harness import machine, records
 from harness.cases import Case, Context, Params, Skip, param_id
 from harness.launch import LaunchError
 from harness.telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from harness.nodes import Cluster
 
 MAX_REASON = 400
 
@@ -163,15 +166,19 @@ def execute(
     profile: str,
     telemetry: Telemetry | None = None,
     worker_setup: Callable[[], None] | None = None,
+    cluster: Cluster | None = None,
 ) -> dict[str, Any]:
     """Run one case once and return its result entry (never raises, except KeyboardInterrupt).
 
     With `telemetry`, the hardware is sampled while the case runs and the summary (power,
     energy, clocks, throttling, validity) goes into the entry. `worker_setup` runs in every
-    worker process the case launches, before its work: how a test breaks a feature on
-    purpose inside workers (in this process, monkeypatch does it).
+    worker process the case launches (`ctx.launch`), before its work: how a test breaks a
+    feature on purpose inside workers (in this process, monkeypatch does it). With `cluster`
+    (node 0 of a run across hosts) the case's workers are spread over its hosts, and the
+    entry says which host each rank ran on.
     """
-    ctx = Context(device=device, profile=profile, params=dict(params))
+    ctx = Context(device=device, profile=profile, params=dict(params), cluster=cluster,
+                  worker_setup=worker_setup)
     entry: dict[str, Any] = {
         "suite": case.suite,
         "case": case.name,
@@ -186,7 +193,7 @@ def execute(
     stderr_lines: list[str] = []
     with _native_stderr(stderr_lines), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        outcome, reason = _run_guarded(case, ctx, sampler, worker_setup)
+        outcome, reason = _run_guarded(case, ctx, sampler)
     stderr_note, stderr_distinct = _stderr_notes(stderr_lines)
     if stderr_distinct:
         ctx.details["stderr"] = stderr_distinct
@@ -206,21 +213,20 @@ def execute(
         details=ctx.details,
         telemetry=tel_summary,
     )
-    if (cluster := launch.cluster()) is not None:
+    if cluster is not None:
         # the hosts each rank ran on: the pair a figure crossed
         entry["placement"] = cluster.take_placements()
     return records.scrub_paths(entry)
 
 
-def _run_guarded(case: Case, ctx: Context, sampler, worker_setup: Callable[[], None] | None
-                 ) -> tuple[str, str]:
+def _run_guarded(case: Case, ctx: Context, sampler) -> tuple[str, str]:
     """Run the case in `ctx`: its outcome and reason. Whatever it raises becomes one, except
     KeyboardInterrupt (Ctrl-C, or SIGTERM as Interrupted), which ends the run."""
     try:
         if ctx.device == "cuda" and not torch.cuda.is_available():
             raise Skip("CUDA is not available on this machine")
         torch.manual_seed(0)
-        with sampler, launch.workers_set_up_by(worker_setup):
+        with sampler:
             case.func(ctx)
     except Skip as e:
         return "skip", str(e)
@@ -324,10 +330,13 @@ def run(
     out_dir: str | Path,
     telemetry: Telemetry | None = None,
     progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
-    hosts: list[dict[str, Any]] | None = None,
     notes: Sequence[str] = (),
+    cluster: Cluster | None = None,
 ) -> tuple[Path, dict]:
     """Execute the plan, rewriting the run file atomically after every case.
+
+    With `cluster` (node 0 of a run across hosts) every case's workers are spread over its
+    hosts, and the record lists them.
 
     A run interrupted part-way keeps every finished case on disk, with `finished` null.
     SIGINT, SIGTERM or a KeyboardInterrupt abandons the case under way (launch reaps its
@@ -346,8 +355,8 @@ def run(
         run_doc = records.new_run(machine.fingerprint(), profile, command=command)
         if telemetry is not None:
             run_doc["telemetry"] = telemetry.info
-        if hosts is not None:  # a run across hosts (harness.nodes): node 0 writes the record
-            run_doc["hosts"] = hosts
+        if cluster is not None:  # a run across hosts (harness.nodes): node 0 writes the record
+            run_doc["hosts"] = cluster.hosts()
         run_doc["notes"].extend(notes)
         path = records.run_path(out_dir, run_doc)
         records.write_json_atomic(path, run_doc)
@@ -356,7 +365,7 @@ def run(
             guard.install()  # a library may have replaced the handlers during the last case
             where = f"during {p.label} (case {i} of {len(planned)})"
             progress(f"[{i:>{width}}/{len(planned)}] {p.label} ...")
-            entry = execute(p.case, p.device, p.params, profile, telemetry)
+            entry = execute(p.case, p.device, p.params, profile, telemetry, cluster=cluster)
             run_doc["results"].append(entry)
             where = f"after {p.label} (case {i} of {len(planned)})"
             records.write_json_atomic(path, run_doc)
