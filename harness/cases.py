@@ -25,7 +25,7 @@ from harness.records import Check
 from harness.records import Metric as RecordedMetric
 
 if TYPE_CHECKING:  # imported where used, so that the CLI can start (and explain) without torch
-    from harness import timing
+    from harness import launch, timing
 
 Params = dict[str, Any]
 ParamSpec = Sequence[Params] | Mapping[str, Sequence[Params]]
@@ -104,10 +104,30 @@ class Context:
     details: dict[str, Any] = field(default_factory=dict)
     shown_tables: list[str] = field(default_factory=list)
     iterations: int = 0  # calls timed in this process, for telemetry's energy per iteration
+    # Where the case's worker processes run (`launch`), as the runner was told: the hosts of a
+    # run across hosts (`harness.nodes.Cluster`), or this machine when None.
+    cluster: launch.Cluster | None = None
+    # What each of those workers runs first: how a test breaks a feature inside them.
+    worker_setup: Callable[[], None] | None = None
 
     @property
     def min_run_time(self) -> float:
         return MIN_RUN_TIME[self.profile]
+
+    @property
+    def across_hosts(self) -> bool:
+        """Whether the case's workers may run on other hosts than this one."""
+        return self.cluster is not None
+
+    def launch(self, fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (),
+               **kw: Any) -> list[Any]:
+        """`harness.launch.launch` for this case: its ranks spread over the run's hosts in a
+        run across hosts, on this machine otherwise, each worker running `worker_setup` first
+        unless the call gives a `setup` of its own."""
+        from harness import launch
+
+        kw["setup"] = kw.get("setup") or self.worker_setup
+        return launch.launch(fn, nprocs, args, cluster=self.cluster, **kw)
 
     def check(self, name: str, passed: bool, detail: str = "", *,
               performance: bool = False) -> bool:

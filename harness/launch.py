@@ -22,13 +22,13 @@ When one worker fails its peers get `grace_s` to finish or fail on their own (a 
 peer usually makes them raise), then they are stopped. In every case all workers and their
 children are reaped before `launch` returns.
 
-Across several hosts (`release-bench multihost`, over torchrun) `harness.nodes` places the
-ranks on every host, and each host starts its share with the same machinery.
+Across several hosts (`release-bench multihost`, over torchrun) the caller passes the run's
+`cluster` (a case's `ctx.launch` does): `harness.nodes` places the ranks on every host, and
+each host starts its share with the same machinery.
 """
 
 from __future__ import annotations
 
-import contextlib
 import faulthandler
 import os
 import pickle
@@ -40,12 +40,12 @@ import tempfile
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 import torch.distributed as dist
@@ -371,34 +371,14 @@ def gather(local: LocalRanks, timeout_s: float, grace_s: float,
     return results, failures
 
 
-# A test that breaks a feature inside worker processes sets this (through `runner.execute`):
-# every worker launched meanwhile runs it first.
-_worker_setup: Callable[[], None] | None = None
+class Cluster(Protocol):
+    """Hosts that a launch spreads its ranks over: `harness.nodes.Cluster`, which node 0 of a
+    run across hosts hands to the runner, and the runner to each case's `Context`."""
 
-
-@contextlib.contextmanager
-def workers_set_up_by(setup: Callable[[], None] | None) -> Iterator[None]:
-    """Every worker launched inside the block runs `setup()` before its function."""
-    global _worker_setup
-    saved, _worker_setup = _worker_setup, setup
-    try:
-        yield
-    finally:
-        _worker_setup = saved
-
-
-# A run across hosts (harness.nodes) sets this: `launch` then places ranks on every host.
-_cluster: Any = None
-
-
-def set_cluster(cluster: Any) -> None:
-    global _cluster
-    _cluster = cluster
-
-
-def cluster() -> Any:
-    """The run across hosts this process drives (`harness.nodes.Cluster`), or None."""
-    return _cluster
+    def launch(self, fn: Callable[..., Any], nprocs: int, args: Sequence[Any], *,
+               timeout_s: float, grace_s: float, setup: Callable[[], None] | None,
+               env: dict[str, str] | None, label: str, store_port: int | None,
+               started: dict[int, int] | None = None) -> list[Any]: ...
 
 
 def bind_address() -> str:
@@ -420,24 +400,24 @@ def launch(
     label: str = "worker",
     store_port: int | None = None,
     started: dict[int, int] | None = None,
+    cluster: Cluster | None = None,
 ) -> list[Any]:
     """Run `fn(rank, nprocs, *args)` in `nprocs` spawned processes; return values by rank.
 
     `fn` and `setup` must be importable module-level functions (spawn pickles them by name);
-    `setup()` runs in each worker before `fn`, for instance to patch torch on purpose (by
-    default, the one `workers_set_up_by` sets).
+    `setup()` runs in each worker before `fn`, for instance to patch torch on purpose.
     The workers rendezvous through a store this call hosts on `host`, or through the one the
-    caller already hosts there at `store_port` (`bound_store`). In a run across hosts the
-    ranks are spread over them (`harness.nodes`). `started`, when given, receives the pid of
-    each worker of this machine as soon as it starts (for checks that every one is reaped).
+    caller already hosts there at `store_port` (`bound_store`). With `cluster` (a run across
+    hosts) the ranks are spread over its hosts instead (`harness.nodes`); a case's
+    `ctx.launch` passes the run's. `started`, when given, receives the pid of each worker of
+    this machine as soon as it starts (for checks that every one is reaped).
     """
     if nprocs < 1:
         raise ValueError("nprocs must be at least 1")
-    setup = setup or _worker_setup
-    if _cluster is not None:
-        return _cluster.launch(fn, nprocs, args, timeout_s=timeout_s, grace_s=grace_s,
-                               setup=setup, env=env, label=label, store_port=store_port,
-                               started=started)
+    if cluster is not None:
+        return cluster.launch(fn, nprocs, args, timeout_s=timeout_s, grace_s=grace_s,
+                              setup=setup, env=env, label=label, store_port=store_port,
+                              started=started)
     if store_port is None:
         store, store_port = bound_store(host, timeout_s=timeout_s)
     else:

@@ -10,6 +10,10 @@ What runs where, for `release-bench multihost` on every host:
           │                            others serve their share of each case's ranks
           └─ spawned workers           `harness.launch.LocalRanks`, as on one machine
 
+Node 0's agent hands its `Cluster` to the run (`commands.run.run_across_hosts`), the runner
+to each case's `Context`, and the case's `ctx.launch` to `launch.launch`, which then calls
+`Cluster.launch`: nothing else learns that the run spans hosts.
+
 Rank r of a case runs on node r % nnodes, so a two-process case puts its client on node 0
 and its peer on node 1. The node agents talk through the rendezvous store under a prefix of
 their own: node 0 posts each host's share of a launch as a job, each host posts a report
@@ -221,6 +225,10 @@ class Cluster:
             raise launch.LaunchError(failures, label)
         return [results[r] for r in range(nprocs)]
 
+    def hosts(self) -> list[dict[str, Any]]:
+        """Every host of the run, as the record lists them."""
+        return [n.describe() for n in self.nodes]
+
     def take_placements(self) -> list[dict[str, str]]:
         """The distinct rank-to-host maps of the launches since the last call."""
         seen: list[dict[str, str]] = []
@@ -371,13 +379,11 @@ def agent_main(argv: Sequence[str]) -> int:
             return 1
         return 0
     code = 1
-    launch.set_cluster(cluster)
     _wrappers(raw).set("started", "1")
     try:
-        code = run_command.run_across_hosts(list(argv), [n.describe() for n in cluster.nodes])
+        code = run_command.run_across_hosts(list(argv), cluster)
         return code
     finally:
-        launch.set_cluster(None)
         cluster.end()
         stop.set()
         # the command that hosts the store stops waiting for torchrun (whose exit barrier

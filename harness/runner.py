@@ -23,14 +23,17 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness import launch, machine, records
+from harness import machine, records
 from harness.cases import Case, Context, Params, Skip, param_id
 from harness.launch import LaunchError
 from harness.telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from harness.nodes import Cluster
 
 MAX_REASON = 400
 
@@ -164,15 +167,19 @@ def execute(
     profile: str,
     telemetry: Telemetry | None = None,
     worker_setup: Callable[[], None] | None = None,
+    cluster: Cluster | None = None,
 ) -> records.Result:
     """Run one case once and return its result entry (never raises, except KeyboardInterrupt).
 
     With `telemetry`, the hardware is sampled while the case runs and the summary (power,
     energy, clocks, throttling, validity) goes into the entry. `worker_setup` runs in every
-    worker process the case launches, before its work: how a test breaks a feature on
-    purpose inside workers (in this process, monkeypatch does it).
+    worker process the case launches (`ctx.launch`), before its work: how a test breaks a
+    feature on purpose inside workers (in this process, monkeypatch does it). With `cluster`
+    (node 0 of a run across hosts) the case's workers are spread over its hosts, and the
+    entry says which host each rank ran on.
     """
-    ctx = Context(device=device, profile=profile, params=dict(params))
+    ctx = Context(device=device, profile=profile, params=dict(params), cluster=cluster,
+                  worker_setup=worker_setup)
     started = records.now()
     sampled = telemetry is not None and case.sampled
     sampler = telemetry.sampler() if sampled else nullcontext()
@@ -180,14 +187,13 @@ def execute(
     stderr_lines: list[str] = []
     with _native_stderr(stderr_lines), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        outcome, reason = _run_guarded(case, ctx, sampler, worker_setup)
+        outcome, reason = _run_guarded(case, ctx, sampler)
     stderr_note, stderr_distinct = _stderr_notes(stderr_lines)
     if stderr_distinct:
         ctx.details["stderr"] = stderr_distinct
     tel_summary = sampler.summary(ctx.iterations) if sampled else None
     if outcome == "fail" and (contended := _contended_reason(ctx, tel_summary)):
         outcome, reason = "invalid", contended
-    cluster = launch.cluster()
     result = records.Result(
         case.suite, case.name, outcome, reason[:MAX_REASON], kind=case.kind, device=device,
         params=dict(params), started=started, elapsed_s=round(time.perf_counter() - t0, 3),
@@ -199,15 +205,14 @@ def execute(
     return records.Result.from_json(records.scrub_paths(result.to_json()))
 
 
-def _run_guarded(case: Case, ctx: Context, sampler, worker_setup: Callable[[], None] | None
-                 ) -> tuple[str, str]:
+def _run_guarded(case: Case, ctx: Context, sampler) -> tuple[str, str]:
     """Run the case in `ctx`: its outcome and reason. Whatever it raises becomes one, except
     KeyboardInterrupt (Ctrl-C, or SIGTERM as Interrupted), which ends the run."""
     try:
         if ctx.device == "cuda" and not torch.cuda.is_available():
             raise Skip("CUDA is not available on this machine")
         torch.manual_seed(0)
-        with sampler, launch.workers_set_up_by(worker_setup):
+        with sampler:
             case.func(ctx)
     except Skip as e:
         return "skip", str(e)
@@ -310,10 +315,13 @@ def run(
     out_dir: str | Path,
     telemetry: Telemetry | None = None,
     progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
-    hosts: list[dict[str, Any]] | None = None,
     notes: Sequence[str] = (),
+    cluster: Cluster | None = None,
 ) -> tuple[Path, records.Run]:
     """Execute the plan, rewriting the run file atomically after every case.
+
+    With `cluster` (node 0 of a run across hosts) every case's workers are spread over its
+    hosts, and the record lists them.
 
     A run interrupted part-way keeps every finished case on disk, with `finished` null.
     SIGINT, SIGTERM or a KeyboardInterrupt abandons the case under way (launch reaps its
@@ -329,10 +337,11 @@ def run(
         guard.install()
         # the command as typed, without this machine's path to the executable
         command = [Path(sys.argv[0]).name, *sys.argv[1:]]
-        # hosts: a run across hosts (harness.nodes), whose record node 0 writes
+        # a run across hosts (harness.nodes): node 0 writes the record, listing the hosts
         run_doc = records.new_run(machine.fingerprint(), profile, command=command,
                                   telemetry=telemetry.info if telemetry is not None else None,
-                                  hosts=hosts, notes=tuple(notes))
+                                  hosts=cluster.hosts() if cluster is not None else None,
+                                  notes=tuple(notes))
         path = records.run_path(out_dir, run_doc)
         records.write_run(path, run_doc)
         width = len(str(len(planned)))
@@ -340,7 +349,7 @@ def run(
             guard.install()  # a library may have replaced the handlers during the last case
             where = f"during {p.label} (case {i} of {len(planned)})"
             progress(f"[{i:>{width}}/{len(planned)}] {p.label} ...")
-            entry = execute(p.case, p.device, p.params, profile, telemetry)
+            entry = execute(p.case, p.device, p.params, profile, telemetry, cluster=cluster)
             run_doc = run_doc.with_result(entry)
             where = f"after {p.label} (case {i} of {len(planned)})"
             records.write_run(path, run_doc)

@@ -386,9 +386,10 @@ def _two_case_rounds(rng, small: list[float], spread: float = 0.1) -> list[recor
     for level in small:
         run = _run([_metric("t", _samples(rng, rng.lognormal(0, spread), n=20, spread=0.005),
                             labels={"i": i}) for i in range(6)])
-        rounds.append(run.with_result(dataclasses.replace(run.results[0], case="small", metrics=tuple(
-            _metric("t", _samples(rng, level, n=20, spread=0.005), labels={"j": j})
-            for j in range(3)))))
+        small = tuple(_metric("t", _samples(rng, level, n=20, spread=0.005), labels={"j": j})
+                      for j in range(3))
+        rounds.append(run.with_result(dataclasses.replace(run.results[0], case="small",
+                                                          metrics=small)))
     return rounds
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 
@@ -10,7 +11,6 @@ from fake_telemetry import HOST_BUSY, FakeTelemetry
 
 from harness import records, runner
 from harness.cases import Context, Skip, Suite
-from harness.launch import launch
 
 demo = Suite("demo", feature="a test suite", status="beta", summary="cases for the runner")
 
@@ -58,7 +58,22 @@ def crashing_worker(rank, world):
 
 @demo.benchmark(devices=("cpu",))
 def launches_a_crashing_worker(ctx: Context):
-    launch(crashing_worker, 1, timeout_s=60)
+    ctx.launch(crashing_worker, 1, timeout_s=60)
+
+
+def where_it_ran(rank, world, tag):
+    return {"rank": rank, "world": world, "tag": tag, "pid": os.getpid(),
+            "set_up": os.environ.get("DEMO_SET_UP")}
+
+
+def set_up_worker():
+    os.environ["DEMO_SET_UP"] = "yes"
+
+
+@demo.conformance(devices=("cpu",))
+def launches_two_workers(ctx: Context):
+    ctx.details["ran"] = ctx.launch(where_it_ran, 2, ("hi",), timeout_s=60, label="demo worker")
+    ctx.check("both ranks returned", [r["rank"] for r in ctx.details["ran"]] == [0, 1])
 
 
 @demo.conformance(devices=("cpu", "cuda"))
@@ -107,6 +122,63 @@ def test_worker_failure_becomes_an_error_with_worker_details():
     assert entry["outcome"] == "error"
     assert entry["reason"] == "worker rank 0 raised OSError: worker could not start"
     assert entry["details"]["workers"][0]["kind"] == "exception"
+
+
+class RecordingCluster:
+    """Stands in for the hosts of a run across hosts (`harness.nodes.Cluster`): records each
+    launch and runs its ranks in this process, where no launcher would."""
+
+    def __init__(self):
+        self.launches = []
+
+    def launch(self, fn, nprocs, args, *, timeout_s, grace_s, setup, env, label, store_port,
+               started=None):
+        self.launches.append({"fn": fn, "nprocs": nprocs, "args": tuple(args), "setup": setup,
+                              "label": label, "timeout_s": timeout_s})
+        return [fn(rank, nprocs, *args) for rank in range(nprocs)]
+
+    def take_placements(self):
+        return [{"0": "node 0 (a 10.0.0.1)", "1": "node 1 (b 10.0.0.2)"}]
+
+    def hosts(self):
+        return [{"node": 0, "hostname": "a"}, {"node": 1, "hostname": "b"}]
+
+
+def test_a_cases_workers_go_through_the_cluster_it_is_given():
+    cluster = RecordingCluster()
+    entry = runner.execute(demo.case("launches_two_workers"), "cpu", {}, "quick",
+                           worker_setup=set_up_worker, cluster=cluster)
+    assert entry["outcome"] == "pass", entry["reason"]
+    (call,) = cluster.launches
+    assert (call["fn"], call["nprocs"], call["args"], call["label"], call["timeout_s"]) == (
+        where_it_ran, 2, ("hi",), "demo worker", 60)
+    assert call["setup"] is set_up_worker  # the test's hook travels with the ranks
+    assert {r["pid"] for r in entry["details"]["ran"]} == {os.getpid()}  # the fake ran them
+    assert entry["placement"] == cluster.take_placements()
+
+
+def test_a_run_given_a_cluster_hands_it_to_every_case_and_lists_its_hosts(tmp_path):
+    cluster = RecordingCluster()
+    planned = runner.plan([demo], "quick", ["cpu"], only=["launches_two_workers", "passes"])
+    _, doc = runner.run(planned, "quick", tmp_path, progress=lambda s: None, cluster=cluster)
+    assert doc["hosts"] == cluster.hosts()
+    assert [e["outcome"] for e in doc["results"]] == ["pass", "pass"]
+    assert len(cluster.launches) == 1  # `passes` launches nothing
+    assert all(e["placement"] == cluster.take_placements() for e in doc["results"])
+
+
+@pytest.mark.distributed
+def test_without_a_cluster_a_cases_workers_are_local_processes_set_up_by_the_hook():
+    entry = runner.execute(demo.case("launches_two_workers"), "cpu", {}, "quick",
+                           worker_setup=set_up_worker)
+    assert entry["outcome"] == "pass", entry["reason"]
+    ran = entry["details"]["ran"]
+    assert [(r["rank"], r["world"], r["tag"], r["set_up"]) for r in ran] == [
+        (0, 2, "hi", "yes"), (1, 2, "hi", "yes")]
+    pids = {r["pid"] for r in ran}
+    assert len(pids) == 2 and os.getpid() not in pids  # two spawned workers of this machine
+    assert "placement" not in entry
+    assert "DEMO_SET_UP" not in os.environ  # the hook ran in the workers, not here
 
 
 def test_cuda_without_cuda_skips(monkeypatch):

@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from harness import records
 from harness.cases import DEVICES, param_id
 from harness.commands import common
 from harness.commands.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+
+if TYPE_CHECKING:
+    from harness.nodes import Cluster
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,9 +47,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(args, hosts: list[dict] | None = None) -> int:
-    """`run`; with `hosts` (node 0 of a run across hosts) the cases that need one host are
-    left out, and the record lists every host."""
+def main(args, cluster: Cluster | None = None) -> int:
+    """`run`; with `cluster` (node 0 of a run across hosts) the cases' workers are spread
+    over its hosts, the cases that need one host are left out, and the record lists every
+    host."""
     from harness import registry, runner, summary, telemetry
 
     suites = [registry.load(n) for n in common.selected_suites(args)]
@@ -54,10 +59,11 @@ def main(args, hosts: list[dict] | None = None) -> int:
     planned = runner.plan(suites, args.profile, devices, args.case, overrides, args.skip,
                           args.only)
     notes = []
-    if hosts is not None:
+    if cluster is not None:
         one_host = [p for p in planned if "one_host" in p.case.needs]
         planned = [p for p in planned if "one_host" not in p.case.needs]
-        notes = [f"across {len(hosts)} hosts: left out {p.label}, which runs on one host only "
+        nhosts = len(cluster.nodes)
+        notes = [f"across {nhosts} hosts: left out {p.label}, which runs on one host only "
                  f"(it kills workers by pid, or runs its own processes)" for p in one_host]
         for line in notes:
             print(line, file=sys.stderr)
@@ -77,7 +83,7 @@ def main(args, hosts: list[dict] | None = None) -> int:
     tel = None if args.no_telemetry else telemetry.Telemetry(args.telemetry_interval)
     try:
         path, run = runner.run(planned, args.profile, args.out, telemetry=tel,
-                               hosts=hosts, notes=notes)
+                               notes=notes, cluster=cluster)
     except runner.Interrupted as e:
         # SIGINT or SIGTERM: the workers are reaped and the record is marked; say where it is
         kept = f"the run record is in {e.path}" if e.path else "no run record was written yet"
@@ -129,12 +135,13 @@ def suites_spanning_hosts() -> list[str]:
     return [n for n in registry.suite_names() if registry.load(n).spans_hosts]
 
 
-def run_across_hosts(run_argv: list[str], hosts: list[dict]) -> int:
-    """Node 0's part of `multihost`: `run RUN_ARGV` with its ranks spread over `hosts`."""
+def run_across_hosts(run_argv: list[str], cluster: Cluster) -> int:
+    """Node 0's part of `multihost`: `run RUN_ARGV` with its ranks spread over the hosts of
+    `cluster`."""
     try:
         args = parse(run_argv)
         args.suite = args.suite or suites_spanning_hosts()
-        return main(args, hosts)
+        return main(args, cluster)
     except (UsageError, records.RecordError) as e:
         print(f"release-bench: error: {e}", file=sys.stderr)
         return EXIT_USAGE

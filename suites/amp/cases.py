@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from harness import clean_exit as clean_exit_programs
-from harness import launch, machine
+from harness import machine
 from harness.cases import Context, Skip, Suite, grid
 from harness.timing import Timing
 from suites.amp import gradscaler, memory, oplists, training
@@ -138,8 +138,8 @@ def autocast_op_lists(ctx: Context) -> None:
     oplists).
     """
     dtype = ctx.params["dtype"]
-    (res,) = launch.launch(oplists.run_lists, 1, (ctx.device, dtype), timeout_s=600,
-                           label="autocast lists worker")
+    (res,) = ctx.launch(oplists.run_lists, 1, (ctx.device, dtype), timeout_s=600,
+                        label="autocast lists worker")
     if "unavailable" in res:
         raise Skip(res["unavailable"])
     seen: Counter[str] = Counter()

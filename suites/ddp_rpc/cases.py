@@ -90,12 +90,12 @@ FAULT_RPC_TIMEOUT_S = 10.0
 FAULT_PG_TIMEOUT_S = 20.0
 FAULT_LAUNCH_TIMEOUT_S = 120.0
 
-def run_hybrid(spec: workers.Spec, timeout_s: float = LAUNCH_TIMEOUT_S,
+def run_hybrid(ctx: Context, spec: workers.Spec, timeout_s: float = LAUNCH_TIMEOUT_S,
                started: dict[int, int] | None = None) -> list[dict[str, Any]]:
-    """The three processes, through the launcher; results by rank (`started` gets their
-    pids)."""
-    return launch.launch(workers.hybrid_worker, WORLD_SIZE, (spec,), timeout_s=timeout_s,
-                         grace_s=GRACE_S, label=LABEL, started=started)
+    """The three processes, through the case's launcher; results by rank (`started` gets
+    their pids)."""
+    return ctx.launch(workers.hybrid_worker, WORLD_SIZE, (spec,), timeout_s=timeout_s,
+                      grace_s=GRACE_S, label=LABEL, started=started)
 
 
 def new_spec(task: str, mode: str, device: str, batches: list, shape: Shape,
@@ -126,7 +126,7 @@ def matches_reference(ctx: Context) -> None:
     shape = Shape()
     batches = make_batches(shape, steps)
     spec = new_spec("train", mode, ctx.device, batches, shape)
-    res = run_hybrid(spec)
+    res = run_hybrid(ctx, spec)
     ref = reference_training(shape, spec.init, batches, mode, spec.optim)
 
     rows = []
@@ -181,7 +181,7 @@ def mirrored_pairs(ctx: Context) -> None:
     shape = Shape()
     batches = [[b[0], b[0].mirrored()] for b in make_batches(shape, 3)]
     spec = new_spec("grads", mode, ctx.device, batches, shape, loss="signed")
-    res = run_hybrid(spec)
+    res = run_hybrid(ctx, spec)
     dense_max, zero, emb_nonzero, opposite = 0.0, True, True, True
     for step in range(len(batches)):
         per_trainer = [res[r]["steps"][step]["dist"] for r in TRAINER_RANKS]
@@ -210,7 +210,7 @@ def dist_grads_equal_local(ctx: Context) -> None:
     shape = Shape()
     batches = make_batches(shape, 3)
     spec = new_spec("grads", mode, ctx.device, batches, shape, local_check=True)
-    res = run_hybrid(spec)
+    res = run_hybrid(ctx, spec)
     worst = 0.0
     for rank in TRAINER_RANKS:
         for part in ("dense", "embedding"):
@@ -261,7 +261,7 @@ def faults(ctx: Context) -> None:
         error: launch.LaunchError | None = None
         pids: dict[int, int] = {}
         try:
-            run_hybrid(spec, timeout_s=FAULT_LAUNCH_TIMEOUT_S, started=pids)
+            run_hybrid(ctx, spec, timeout_s=FAULT_LAUNCH_TIMEOUT_S, started=pids)
         except launch.LaunchError as e:
             error = e
         elapsed = time.perf_counter() - t0
@@ -305,7 +305,7 @@ def step_time(ctx: Context) -> None:
     plan = BENCH_PLAN[ctx.profile]
     spec = new_spec("measure", mode, ctx.device, batches, BENCH_SHAPE, lockstep=False,
                     rounds=plan["rounds"], steps_per_round=plan["steps_per_round"])
-    launches = [run_hybrid(spec) for _ in range(plan["launches"])]
+    launches = [run_hybrid(ctx, spec) for _ in range(plan["launches"])]
     per_trainer, per_launch = {}, {}
     for rank in TRAINER_RANKS:
         samples = [{**res[rank]["phases"], "rpc_embedding_forward": res[rank]["rpc_forward"],

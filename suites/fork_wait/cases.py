@@ -18,7 +18,7 @@ import threading
 import torch
 
 from harness import clean_exit as clean_exit_programs
-from harness import launch, timing
+from harness import timing
 from harness.cases import Context, Suite
 from suites.fork_wait import minimal, scripted
 
@@ -136,8 +136,8 @@ def scaling(ctx: Context) -> None:
     """Speedup of K forked tasks over serial, against the ideal min(K, cores, threads)."""
     threads = ctx.params["interop_threads"]
     ks = list(TASKS[ctx.profile])
-    (res,) = launch.launch(measure_scaling, 1, (threads, ks, 2 * ctx.min_run_time),
-                           timeout_s=300, label="fork_wait worker")
+    (res,) = ctx.launch(measure_scaling, 1, (threads, ks, 2 * ctx.min_run_time),
+                        timeout_s=300, label="fork_wait worker")
     cores = usable_cores()
     rows = []
     for k in ks:

@@ -76,9 +76,9 @@ def size_label(nbytes: int) -> str:
     return f"{nbytes}B"
 
 
-def _launch(fn: Callable, nprocs: int, args: tuple, timeout_s: float = 120.0,
+def _launch(ctx: Context, fn: Callable, nprocs: int, args: tuple, timeout_s: float = 120.0,
             **kw: Any) -> list[Any]:
-    return launch.launch(fn, nprocs, args, timeout_s=timeout_s, label="rpc worker", **kw)
+    return ctx.launch(fn, nprocs, args, timeout_s=timeout_s, label="rpc worker", **kw)
 
 
 # --- workloads: the statements the benchmarks time (paths.py) --------------------------------
@@ -105,7 +105,7 @@ for _build, _params, _devices in [
 def roundtrip(ctx: Context) -> None:
     """Tensors of 11 dtypes and odd layouts round-trip bit for bit, through a Python function
     and a builtin op."""
-    (res, _) = _launch(workers.roundtrip, 2, (GroupSpec(device=ctx.device),))
+    (res, _) = _launch(ctx, workers.roundtrip, 2, (GroupSpec(device=ctx.device),))
     for r in res:
         ctx.check(f"{r['tensor']} via {r['via']}", not r["diff"], r["diff"])
 
@@ -119,7 +119,7 @@ KEEP_TYPE = ("ValueError", "TypeError")
 def remote_exception(ctx: Context) -> None:
     """A remote function's exception reaches the caller with its message, and with its type
     for ValueError and TypeError (other types: the type's name, in a RuntimeError)."""
-    (res, _) = _launch(workers.remote_exception, 2, (GroupSpec(),))
+    (res, _) = _launch(ctx, workers.remote_exception, 2, (GroupSpec(),))
     rows = []
     for r in res:
         where = f"{r['kind']} via {r['how']}"
@@ -155,7 +155,7 @@ def rpc_timeout(ctx: Context) -> None:
     """A slow remote call raises once its timeout (per call, or the agent's rpc_timeout)
     has passed, within the stated slack; a call shorter than its timeout completes."""
     spec = GroupSpec(rpc_timeout=TIMEOUT_DEFAULT_S)
-    (res, _) = _launch(workers.timeouts, 2, (spec, TIMEOUT_PER_CALL_S, SLOW_CALL_S))
+    (res, _) = _launch(ctx, workers.timeouts, 2, (spec, TIMEOUT_PER_CALL_S, SLOW_CALL_S))
     for name, limit in (("rpc_sync timeout=", TIMEOUT_PER_CALL_S),
                         ("rpc_async timeout=", TIMEOUT_PER_CALL_S),
                         ("default rpc_timeout=", TIMEOUT_DEFAULT_S)):
@@ -182,7 +182,7 @@ def worker_killed(ctx: Context) -> None:
     error: launch.LaunchError | None = None
     started: dict[int, int] = {}
     try:
-        _launch(workers.killed_peer, 2, (GroupSpec(), KILL_AFTER_S),
+        _launch(ctx, workers.killed_peer, 2, (GroupSpec(), KILL_AFTER_S),
                 timeout_s=60.0, grace_s=5.0, started=started)
     except launch.LaunchError as e:
         error = e
@@ -211,7 +211,7 @@ def worker_killed(ctx: Context) -> None:
 def async_execution(ctx: Context) -> None:
     """@rpc.functions.async_execution: the release notes' example returns tensor([3., 3.]);
     chained, nested and fan-out forms work; a non-Future return raises the documented error."""
-    (res, _, _) = _launch(workers.async_functions, 3, (GroupSpec(),))
+    (res, _, _) = _launch(ctx, workers.async_functions, 3, (GroupSpec(),))
     one = torch.ones(2)
     expected = {
         "example rpc_sync": torch.tensor([3.0, 3.0]),
@@ -248,7 +248,7 @@ def async_batch_no_deadlock(ctx: Context) -> None:
     """The tutorial's batched update with async_execution serves 8 concurrent requests on a
     server with 2 RPC threads, without deadlock, and each gets the batch's new weights."""
     args = (GroupSpec(), BATCH_THREADS, BATCH_REQUESTS, paths.BATCH_NUMEL, BATCH_TIMEOUT_S)
-    (res, _) = _launch(workers.batch_no_deadlock, 2, args)
+    (res, _) = _launch(ctx, workers.batch_no_deadlock, 2, args)
     errors = [o["error"] for o in res["outcomes"] if o["error"]]
     ctx.check(f"{BATCH_REQUESTS} concurrent requests served by {res['server_threads']} RPC "
               "threads", not errors,
@@ -284,7 +284,7 @@ def round_trip(ctx: Context) -> None:
         plan = dataclasses.replace(plan, min_samples=int(ctx.params["min_samples"]))
     timeout = LAUNCH_TIMEOUT[ctx.profile] * (2 if "sizes" in ctx.params else 1)
     # shm cannot cross hosts: across hosts only uv is forced
-    forced_transports = FORCED if launch.cluster() is None else ("uv",)
+    forced_transports = ("uv",) if ctx.across_hosts else FORCED
     main, forced = _launch_round_trips(ctx, sizes, plan, forced_transports, timeout)
     # (path key, launch result, key in that result, key of that launch's floor)
     series = [(p, main, p, "tcp") for p in MAIN_PATHS]
@@ -323,16 +323,16 @@ def _launch_round_trips(ctx: Context, sizes: list[int], plan: measure.Plan,
     """The main launch (every main path and its TCP floor), then one launch per forced
     transport (its Python echo and its own floor)."""
     main_spec = GroupSpec(device=ctx.device, gloo=True)
-    (main, _) = _launch(workers.round_trip, 2, (main_spec, MAIN_PATHS, sizes, plan, IN_FLIGHT,
-                                                 ctx.min_run_time), timeout)
+    (main, _) = _launch(ctx, workers.round_trip, 2, (main_spec, MAIN_PATHS, sizes, plan,
+                                                      IN_FLIGHT, ctx.min_run_time), timeout)
     # One process cannot offer one peer shm and another uv (a mixed group fails with
     # "unsupported transport"), so each forced transport gets its own launch with its own
     # floor, and the two are compared through their ratios to those floors.
     forced = {}
     for t in forced_transports:
-        (forced[t], _) = _launch(workers.round_trip, 2, (_forced_spec(ctx.device, t),
-                                                          ["tp_python", "tcp"], sizes, plan,
-                                                          IN_FLIGHT, 0.0), timeout)
+        (forced[t], _) = _launch(ctx, workers.round_trip, 2, (_forced_spec(ctx.device, t),
+                                                               ["tp_python", "tcp"], sizes,
+                                                               plan, IN_FLIGHT, 0.0), timeout)
     return main, forced
 
 
@@ -456,8 +456,8 @@ def batched_update(ctx: Context) -> None:
     # worker1 has enough threads for the blocking handler (one per pending request);
     # worker2 has fewer threads than requests, which only async_execution can serve.
     threads = {1: n + 2, 2: BATCH_THREADS}
-    (res, _, _) = _launch(workers.batched_update, 3, (GroupSpec(), n, threads,
-                                                      ctx.min_run_time))
+    (res, _, _) = _launch(ctx, workers.batched_update, 3, (GroupSpec(), n, threads,
+                                                           ctx.min_run_time))
     rate = {}
     for name, st in res.items():
         rate[name] = n / st["median"]
