@@ -1,14 +1,21 @@
-"""The suites' asv views (`suites/<feature>/asv_bench.py`) are built on two base classes here,
-so that what asv tracks is what the suites define and cannot drift from it:
+"""The suites' asv views, generated from their definitions (harness.cases) as the pytest view
+is, so that what asv tracks is what the suites define and cannot drift from it. Each suite's
+`suites/<name>/asv_bench.py` is one call, `globals().update(asv_adapter.views(__name__))`:
+asv finds benchmarks as module-level classes of the modules under its benchmark_dir
+("suites"), and files results under module, class and method ("amp.asv_bench.MatmulTime.
+time_matmul"), so the classes are module attributes with names the definitions fix.
 
-- `WorkloadTime` times one workload. Its asv `params` are the workload's quick-profile
-  parameter sets on each device, so asv times exactly the statements the CLI and
-  pytest-benchmark time. asv's clock does not wait for the GPU: `run()` synchronises.
-- `CaseFigures` reports figures of one benchmark case (speedups, peak bytes, latency
-  percentiles) through `track_*` methods. The case runs once per asv run, in `setup_cache`,
-  exactly as `release-bench run` would run it (telemetry included), for every quick-profile
-  parameter set on every device here. Its `params` are the device, the case's parameters that
-  vary between those sets, and the metric labels the class declares (`labels`).
+- Every workload gets a `WorkloadTime` class that times it (`time_*`). Its asv `params` are
+  the workload's quick-profile parameter sets on each device, so asv times exactly the
+  statements the CLI and pytest-benchmark time. asv's clock does not wait for the GPU:
+  `run()` synchronises. The class and method are the workload's `asv_name`, or
+  `<Name>Time.time_<name>`.
+- Every `TrackView` a case declares (`tracks=`) gets a `CaseFigures` class named after it
+  that reports the case's figures (speedups, peak bytes, latency percentiles) through
+  `track_*` methods. The case runs once per asv run, in `setup_cache`, exactly as
+  `release-bench run` would run it (telemetry included), for every quick-profile parameter
+  set on every device here. Its `params` are the device, the case's parameters that vary
+  between those sets, and the view's metric labels.
 
 Both take a `device` axis of the devices here: asv's params are a product, it starts a process
 for every combination, and combinations of a device this machine lacks would each cost one
@@ -18,8 +25,10 @@ parameter set the workload or case does not define on that device) raises `NotAv
 ("s", "B", "x", "%").
 
 Names and attributes asv reads (`params`, `param_names`, `unit`, `timeout`) are plain class
-attributes, filled in by `__init_subclass__`. Suites import this module, not its classes, so
-that asv does not take the bases for benchmarks.
+attributes, filled in by `__init_subclass__`. A suite's asv module holds only the generated
+classes, not the bases, so that asv does not take the bases for benchmarks; process settings
+a suite's workloads need under asv (thread counts) are module-level `setup`/`teardown`
+functions there, which asv runs around every benchmark of the module.
 """
 
 from __future__ import annotations
@@ -33,7 +42,18 @@ from typing import Any, ClassVar
 import torch
 
 from harness import machine, records, registry, runner
-from harness.cases import Case, Params, Skip, Workload, metric_id, param_id
+from harness.cases import (
+    Case,
+    LabelSpec,
+    Params,
+    Skip,
+    Track,
+    TrackView,
+    Workload,
+    label_values,
+    metric_id,
+    param_id,
+)
 from harness.records import Metric, Result
 from harness.timing import synchronize
 
@@ -84,20 +104,11 @@ def _axes(sets_by_device: dict[str, list[Params]], varying_only: bool) -> dict[s
     return {k: v for k, v in axes.items() if len(v) > 1 or not varying_only}
 
 
-def workload_axes(workload: str) -> dict[str, list]:
-    """Each parameter of a workload ("suite/name") with every value its quick sets take on
-    any device: label axes for a case that measures the same grid (the GEMM ladder)."""
-    w = _definition(workload, "workload")
-    return _axes({d: w.param_sets(PROFILE, d) for d in devices_here(w.devices)},
-                 varying_only=False)
-
-
 class WorkloadTime:
-    """Base of an asv class that times one workload ("suite/name") over its quick grid.
-    Subclasses set `workload` and define one-line `time_*` methods that call `self.run()`."""
+    """Base of an asv class that times one workload ("suite/name") over its quick grid: its
+    subclasses (`views`) set `workload` and have one `time_*` method, `self.run()`."""
 
     workload: ClassVar[str] = ""
-    devices: ClassVar[tuple[str, ...]] = ()  # fewer devices than the workload's, if given
     warmup_calls: ClassVar[int] = 3  # oneDNN picks kernels, cuDNN autotunes, GradScaler settles
     timeout: ClassVar[float] = 300
 
@@ -105,8 +116,9 @@ class WorkloadTime:
         super().__init_subclass__(**kw)
         if cls.__dict__.get("workload"):
             w = _definition(cls.workload, "workload")
-            axes = workload_axes(cls.workload)
-            cls.params = [devices_here(cls.devices or w.devices), *axes.values()]
+            axes = _axes({d: w.param_sets(PROFILE, d) for d in devices_here(w.devices)},
+                         varying_only=False)
+            cls.params = [devices_here(w.devices), *axes.values()]
             cls.param_names = ["device", *axes]
 
     def setup(self, device: str, *values: Any) -> None:
@@ -131,16 +143,13 @@ class WorkloadTime:
 
 
 class CaseFigures:
-    """Base of an asv class whose `track_*` methods report figures of one case ("suite/name").
-
-    asv keys its cache by the source line of `setup_cache`, so each subclass defines it as
-    `def setup_cache(self): return self.run_case()`, and classes reading the same case share
-    that function (`setup_cache = OtherClass.setup_cache`): no case runs twice in one asv run.
-    """
+    """Base of an asv class whose `track_*` methods report figures of one case ("suite/name"):
+    its subclasses (`views`) set `case`, `labels` and a `setup_cache` that runs the case, one
+    function per case (see `_setup_cache`), so that no case runs twice in one asv run."""
 
     case: ClassVar[str] = ""
-    # metric-label axes from the suite's definitions: values, or values by device
-    labels: ClassVar[dict[str, Sequence[Any] | Mapping[str, Sequence[Any]]]] = {}
+    # metric-label axes from the suite's definitions (harness.cases.LabelSpec)
+    labels: ClassVar[Mapping[str, LabelSpec]] = {}
     devices: ClassVar[tuple[str, ...]] = ()  # fewer devices than the case's, if given
     timeout: ClassVar[float] = 900
 
@@ -192,11 +201,9 @@ class CaseFigures:
         return telemetry_value(self.entry, key)
 
 
-def _label_values(values: Sequence[Any] | Mapping[str, Sequence[Any]],
-                  devices: Sequence[str]) -> list[Any]:
-    if not isinstance(values, Mapping):
-        return list(values)
-    return list(dict.fromkeys(v for d in devices for v in values.get(d, ())))
+def _label_values(spec: LabelSpec, devices: Sequence[str]) -> list[Any]:
+    """A label's quick-profile values over the devices, in order of appearance."""
+    return list(dict.fromkeys(v for d in devices for v in label_values(spec, PROFILE, d)))
 
 
 def run_case(case: Case, device: str, params: Params) -> Result:
@@ -228,6 +235,110 @@ def telemetry_value(entry: Result, key: str, gpu: int = 0) -> float:
         reasons = "; ".join(f"{k}: {v}" for k, v in (tel.get("unavailable") or {}).items())
         raise NotAvailable(f"telemetry has no {key} here ({reasons or 'not recorded'})")
     return value
+
+
+def views(module: str) -> dict[str, type]:
+    """The asv classes of the suite whose asv module is `module` ("suites/<name>/asv_bench.py"
+    passes its `__name__`), by class name: a time view of every workload, and a figure view of
+    every TrackView its cases declare."""
+    suite = registry.load(module.split(".")[-2])
+    made = [_time_view(w, module) for w in suite.workloads]
+    for case in suite.cases:
+        if case.tracks:
+            cache = _setup_cache(case, case.tracks[0].name)
+            made += [_figure_view(case, v, cache, module) for v in case.tracks]
+    out: dict[str, type] = {}
+    for cls in made:
+        if cls.__name__ in out:
+            raise ValueError(f"suite {suite.name} has two asv views called {cls.__name__}")
+        out[cls.__name__] = cls
+    return out
+
+
+def time_view_name(w: Workload) -> tuple[str, str]:
+    """The class and the method asv files a workload's timings under."""
+    if not w.asv_name:
+        return "".join(part.title() for part in w.name.split("_")) + "Time", f"time_{w.name}"
+    cls, _, method = w.asv_name.partition(".")
+    if not cls or not method.startswith("time_"):  # asv would not find it
+        raise ValueError(f"{w.suite}/{w.name}: asv_name {w.asv_name!r} is not "
+                         f"'Class.time_method'")
+    return cls, method
+
+
+def _time_view(w: Workload, module: str) -> type:
+    name, method = time_view_name(w)
+
+    def time(self: WorkloadTime, *params: Any) -> None:
+        self.run()
+
+    return _view_class(name, WorkloadTime, module, w.doc, workload=f"{w.suite}/{w.name}",
+                       **{method: _as_written(time, name, method, "self.run()")})
+
+
+def _figure_view(case: Case, view: TrackView, cache: Any, module: str) -> type:
+    attrs: dict[str, Any] = {"case": case.id, "labels": dict(view.labels),
+                             "devices": tuple(view.devices), "setup_cache": cache}
+    if view.unit:
+        attrs["unit"] = view.unit
+    for t in view.tracks:
+        attrs[f"track_{t.name}"] = _track(t, view.name)
+    return _view_class(view.name, CaseFigures, module, view.doc, **attrs)
+
+
+def _track(t: Track, view: str) -> Any:
+    read, key = ("telemetry" if t.telemetry else "value"), t.metric
+
+    if t.telemetry:
+        def track(self: CaseFigures, *params: Any) -> float:
+            return self.telemetry(key)
+    else:
+        def track(self: CaseFigures, *params: Any) -> float:
+            return self.value(key)
+
+    if t.unit:
+        track.unit = t.unit
+    return _as_written(track, view, f"track_{t.name}", f'return self.{read}("{key}")', t.doc)
+
+
+def _setup_cache(case: Case, view: str) -> Any:
+    """The setup_cache of every view of `case`: it runs the case.
+
+    asv runs a setup_cache once per asv run and hands its result to every benchmark whose
+    setup_cache has the same key, the module and first line of its source. Functions made
+    here all have this one's line, so the key is made the case's own: `__module__` and
+    `__wrapped__` (which inspect follows to the source) are the case function's. One key per
+    case: each case runs once, whichever of its views asv runs.
+    """
+
+    def setup_cache(self: CaseFigures) -> dict:
+        return self.run_case()
+
+    setup_cache.__module__ = case.func.__module__
+    setup_cache.__wrapped__ = case.func
+    return _as_written(setup_cache, view, "setup_cache", "return self.run_case()", args="self")
+
+
+def _as_written(fn: Any, cls: str, name: str, body: str, doc: str = "",
+                args: str = "self, *params") -> Any:
+    """`fn` named as method `name` of class `cls`, with the source a hand-written method of
+    the view would have. asv shows a benchmark's source (`pretty_source`, else inspect's) on
+    its pages and versions the benchmark's results by it: the generator's source would be
+    the same for every view, and a view's history restarts whenever its version changes."""
+    fn.__name__, fn.__qualname__ = name, f"{cls}.{name}"
+    fn.__doc__ = doc or None
+    lines = [f"def {name}({args}):"]
+    if doc:
+        lines.append(f'    """{doc}"""')
+    fn.pretty_source = "\n".join([*lines, f"    {body}"])
+    return fn
+
+
+def _view_class(name: str, base: type, module: str, doc: str, **attrs: Any) -> type:
+    """A class of `module` as asv discovers it: a plain class, its attributes set before
+    the base's __init_subclass__ reads them."""
+    return type(name, (base,), {"__module__": module, "__qualname__": name, "__doc__": doc,
+                                **attrs})
 
 
 def register_machine(results_dir: str | Path = "results/asv") -> str:

@@ -10,6 +10,9 @@ A `Suite` holds three kinds of definitions:
   times. The benchmark cases, the pytest-benchmark adapter and the asv classes all time the
   callables these builders return, so they cannot drift apart.
 
+A case may also declare the figures asv tracks across commits (`tracks=[TrackView(...)]`);
+harness.asv_adapter generates the asv classes from these declarations and the workloads.
+
 Parameters are lists of dicts per profile (`quick`, `full`), optionally per device as well
 (`"quick:cuda"` takes precedence over `"quick"` on CUDA); `grid()` builds products.
 """
@@ -29,6 +32,9 @@ if TYPE_CHECKING:  # imported where used, so that the CLI can start (and explain
 
 Params = dict[str, Any]
 ParamSpec = Sequence[Params] | Mapping[str, Sequence[Params]]
+# a label's values: a sequence, or sequences keyed as parameters are ("quick", "quick:cuda")
+# or by device ("cuda")
+LabelSpec = Sequence[Any] | Mapping[str, Sequence[Any]]
 PROFILES = ("quick", "full")
 DEVICES = ("cpu", "cuda")
 
@@ -241,6 +247,55 @@ class Context:
 
 
 @dataclass(frozen=True)
+class Track:
+    """One figure asv tracks, as the method `track_<name>`: the case's metric `metric` (or,
+    with `telemetry`, a key of the case's telemetry summary, as energy_per_iteration_j),
+    in `unit`, the record's unit for it."""
+
+    name: str
+    metric: str = ""  # `name` when empty
+    unit: str = ""  # the view's unit when empty
+    telemetry: bool = False
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.metric:
+            object.__setattr__(self, "metric", self.name)
+
+
+@dataclass(frozen=True)
+class TrackView:
+    """Figures of one case that asv tracks together: one asv class called `name` (the name
+    asv files their results under), with a `track_*` method per figure.
+
+    The class's parameters are the device, the case's parameters that vary between its
+    quick sets, and the metric labels `labels` (each figure is looked up with them). Figures
+    over different labels are different views of the same case (the case still runs once).
+    """
+
+    name: str
+    doc: str
+    tracks: Sequence[Track | str]  # a bare name stands for Track(name)
+    unit: str = ""
+    labels: Mapping[str, LabelSpec] = field(default_factory=dict)
+    devices: tuple[str, ...] = ()  # fewer devices than the case's, if given
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tracks", tuple(t if isinstance(t, Track) else Track(t)
+                                                 for t in self.tracks))
+
+
+def label_values(spec: LabelSpec, profile: str, device: str) -> list[Any]:
+    """A label's values on `device` in `profile` (see LabelSpec)."""
+    if not isinstance(spec, Mapping):
+        return list(spec)
+    for key in (f"{profile}:{device}", device, profile):
+        if key in spec:
+            return list(spec[key])
+    return []
+
+
+@dataclass(frozen=True)
 class Case:
     suite: str
     name: str
@@ -252,6 +307,7 @@ class Case:
     needs: tuple[str, ...]  # besides the device: "distributed", "torchvision", ...
     sampled: bool = True  # whether the runner samples telemetry around it
     options: tuple[str, ...] = ()  # parameters it reads when given, beyond its sets' keys
+    tracks: tuple[TrackView, ...] = ()  # the figures asv tracks (harness.asv_adapter)
 
     def param_sets(self, profile: str, device: str = "cpu") -> list[Params]:
         return _param_sets(self.params, profile, device)
@@ -272,6 +328,8 @@ class Workload:
     params: ParamSpec
     devices: tuple[str, ...]
     needs: tuple[str, ...]
+    # what asv files its timings under, "Class.time_method"; empty: derived from the name
+    asv_name: str = ""
 
     def param_sets(self, profile: str, device: str = "cpu") -> list[Params]:
         return _param_sets(self.params, profile, device)
@@ -309,38 +367,44 @@ class Suite:
         return func
 
     def _case(self, kind: str, params: ParamSpec, devices: Sequence[str], needs: Sequence[str],
-              sampled: bool = True, options: Sequence[str] = ()):
+              sampled: bool = True, options: Sequence[str] = (),
+              tracks: Sequence[TrackView] = ()):
         def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
             self.cases.append(
                 Case(self.name, func.__name__, kind, func, _first_line(func),
-                     params or [{}], tuple(devices), tuple(needs), sampled, tuple(options))
+                     params or [{}], tuple(devices), tuple(needs), sampled, tuple(options),
+                     tuple(tracks))
             )
             return func
 
         return register
 
     def conformance(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
-                    needs: Sequence[str] = ()):
+                    needs: Sequence[str] = (), tracks: Sequence[TrackView] = ()):
         """Decorator: register a conformance case (named after the function). An upstream
-        defect it is known to catch is an entry of `expectations.toml`, not part of the case."""
-        return self._case("conformance", params, devices, needs)
+        defect it is known to catch is an entry of `expectations.toml`, not part of the case.
+        `tracks` declares the figures it records that asv tracks."""
+        return self._case("conformance", params, devices, needs, tracks=tracks)
 
     def benchmark(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
-                  needs: Sequence[str] = (), sampled: bool = True, options: Sequence[str] = ()):
+                  needs: Sequence[str] = (), sampled: bool = True, options: Sequence[str] = (),
+                  tracks: Sequence[TrackView] = ()):
         """Decorator: register a benchmark case (named after the function). `sampled=False`
         keeps the runner's telemetry off while it runs (for cases that sample themselves);
-        `options` names parameters it reads when given (the CLI's --param may set them).
-        How many rounds `ab` gives it is this machine's calibration's to say."""
-        return self._case("benchmark", params, devices, needs, sampled, options)
+        `options` names parameters it reads when given (the CLI's --param may set them);
+        `tracks` declares the figures asv tracks. How many rounds `ab` gives it is this
+        machine's calibration's to say."""
+        return self._case("benchmark", params, devices, needs, sampled, options, tracks)
 
     def workload(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
-                 needs: Sequence[str] = ()):
-        """Decorator: register a workload builder (named after the function)."""
+                 needs: Sequence[str] = (), asv_name: str = ""):
+        """Decorator: register a workload builder (named after the function). asv times it
+        as `asv_name` ("Class.time_method"), by default `<Name>Time.time_<name>`."""
 
         def register(build: Callable[..., Callable[[], object]]):
             self.workloads.append(
                 Workload(self.name, build.__name__, build, _first_line(build),
-                         params or [{}], tuple(devices), tuple(needs))
+                         params or [{}], tuple(devices), tuple(needs), asv_name)
             )
             return build
 

@@ -1,41 +1,133 @@
-"""The suites' asv views (suites/<name>/asv_bench.py) against the definitions they share: each
-time view's grid is its workload's quick grid, each figure view finds every figure it tracks
-in a real run record with the record's own unit, and no case runs twice in one asv run."""
+"""The asv views against the definitions they are generated from (harness.asv_adapter): asv
+discovers a time view of every workload and a figure view of every figure a case declares,
+under the names its stored results are filed under; each time view's grid is its workload's
+quick grid, each figure view finds every figure it tracks in a real run record with the
+record's own unit, and no case runs twice in one asv run."""
 
 from __future__ import annotations
 
 import copy
-import importlib
+import inspect
 import itertools
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from asv_runner.discovery import disc_benchmarks
 
 from harness import asv_adapter as asv
 from harness import records, registry
-from harness.cases import param_id
+from harness.cases import Suite, TrackView, param_id
+from suites.rpc import cases as rpc_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 # a real quick-profile run of every suite, committed as this machine kind's reference
 REFERENCE = records.resolve_run(ROOT / "results" / "runs" / "amd-epyc-2c")
 
+# what `asv run` finds under its benchmark_dir (asv.conf.json), found the way asv finds it:
+# benchmark name ("amp.asv_bench.MatmulTime.time_matmul") -> asv's benchmark
+DISCOVERED = {b.name: b for b in disc_benchmarks(str(ROOT / "suites"))}
 
-def _views(base: type) -> list[type]:
-    out = []
-    for name in registry.suite_names():
-        if importlib.util.find_spec(f"suites.{name}.asv_bench") is None:
-            continue
-        module = importlib.import_module(f"suites.{name}.asv_bench")
-        out += [v for v in vars(module).values()
-                if isinstance(v, type) and issubclass(v, base) and v.__module__ == module.__name__
-                and (v.__dict__.get("workload") or v.__dict__.get("case"))]
+# The names asv filed results under before the views were generated: a view renamed would
+# start a new history and leave its stored one behind.
+STORED_NAMES = {
+    "amp": ["TrainStepTime.time_train_step", "MatmulTime.time_matmul",
+            "AmpTrainStep.track_speedup", "AmpTrainStep.track_memory_ratio",
+            "AmpTrainStep.track_peak_bytes", "AmpEnergy.track_energy_per_step",
+            "AmpEnergy.track_power_mean", "GemmTflops.track_tflops"],
+    "ddp_rpc": ["LocalStepTime.time_local_step", *(f"HybridStep.track_{t}" for t in (
+        "step", "forward", "backward", "optimizer", "rpc_embedding_forward",
+        "allreduce_dense_grads", "overhead_vs_local"))],
+    "fork_wait": ["ForkedTime.time_forked", "SerialTime.time_serial",
+                  "ForkWaitSpeedup.track_speedup"],
+    "profiler": ["ProfilerStepTime.time_step", "ProfilerOverhead.track_overhead",
+                 "ProfilerMemoryError.track_max_abs_error", "ProfilerTimeError.track_time_error"],
+    "rpc": ["TensorPipeBuiltin.time_builtin", "TensorPipePython.time_python",
+            "TensorPipeInFlight.time_rpc_async", "GlooRoundTrip.time_send_recv",
+            "TcpFloor.time_pingpong", "BatchedUpdate.time_batch", "RoundTripLatency.track_p50",
+            "RoundTripLatency.track_p99", "RoundTripOverFloor.track_over_floor",
+            "RoundTripRatios.track_suite_over_bare_loop", "RoundTripRatios.track_uv_over_shm",
+            "RoundTripRatios.track_async_speedup",
+            "BatchedUpdateSpeedup.track_async_over_blocking"],
+}
+
+
+def _view_of(benchmark) -> type:
+    return type(benchmark.func.__self__)
+
+
+def expected_views(suites: list[Suite]) -> dict[str, str]:
+    """Every benchmark the definitions call for, by the name asv must file it under: the
+    time view of each workload, the track_* of each figure each case declares; each with the
+    workload or case ("suite/name") it must read."""
+    out = {}
+    for suite in suites:
+        for w in suite.workloads:
+            cls, method = asv.time_view_name(w)
+            out[f"{suite.name}.asv_bench.{cls}.{method}"] = f"{suite.name}/{w.name}"
+        for case in suite.cases:
+            for view in case.tracks:
+                for t in view.tracks:
+                    out[f"{suite.name}.asv_bench.{view.name}.track_{t.name}"] = case.id
     return out
 
 
-TIME_VIEWS = _views(asv.WorkloadTime)
-FIGURE_VIEWS = _views(asv.CaseFigures)
+def missing_views(expected: dict[str, str], discovered: dict) -> list[str]:
+    """The expected benchmarks asv does not find, or finds reading something else."""
+    return [f"{name} ({source})" for name, source in expected.items()
+            if name not in discovered or _reads(_view_of(discovered[name])) != source]
+
+
+def _reads(view: type) -> str:
+    return getattr(view, "workload", "") or getattr(view, "case", "")
+
+
+EXPECTED = expected_views(registry.all_suites())
+VIEWS = sorted({_view_of(b) for b in DISCOVERED.values()}, key=lambda v: v.__qualname__)
+TIME_VIEWS = [v for v in VIEWS if issubclass(v, asv.WorkloadTime)]
+FIGURE_VIEWS = [v for v in VIEWS if issubclass(v, asv.CaseFigures)]
+
+
+def test_asv_finds_a_view_of_every_workload_and_every_declared_figure():
+    assert missing_views(EXPECTED, DISCOVERED) == []
+    # and nothing the definitions do not call for
+    assert sorted(set(DISCOVERED) - set(EXPECTED)) == []
+    workloads = {w.suite for s in registry.all_suites() for w in s.workloads}
+    assert {n.split(".")[0] for n in DISCOVERED if ".time_" in n} == workloads
+
+
+def test_the_check_fails_for_a_workload_or_figure_without_a_view():
+    """A workload without a view (as telemetry's busy_matmul once was), a declared figure
+    without one, and a view of that name reading something else are all missing."""
+    suite = Suite("s", feature="", status="", summary="")
+
+    @suite.workload()
+    def busy(device):
+        """A workload."""
+
+    @suite.benchmark(tracks=[TrackView("Figures", "", ["speedup"], unit="x")])
+    def case(ctx):
+        """A case."""
+
+    expected = expected_views([suite])
+    assert missing_views(expected, {}) == ["s.asv_bench.BusyTime.time_busy (s/busy)",
+                                           "s.asv_bench.Figures.track_speedup (s/case)"]
+    found = {"s.asv_bench.BusyTime.time_busy": _found(workload="s/busy"),
+             "s.asv_bench.Figures.track_speedup": _found(case="s/other")}
+    assert missing_views(expected, found) == ["s.asv_bench.Figures.track_speedup (s/case)"]
+
+
+def _found(**reads: str) -> SimpleNamespace:
+    """A benchmark as asv's discovery gives it, of a view reading `reads`."""
+    view = type("View", (), reads)
+    return SimpleNamespace(func=SimpleNamespace(__self__=view()))
+
+
+def test_views_keep_the_names_their_stored_results_are_filed_under():
+    stored = {f"{suite}.asv_bench.{n}" for suite, names in STORED_NAMES.items() for n in names}
+    assert sorted(stored - set(DISCOVERED)) == []
 
 
 def _combinations(view: type) -> list[tuple]:
@@ -50,13 +142,6 @@ def _reference_entries(case_id: str) -> dict[tuple[str, str], dict]:
 
 def _tracks(view: type) -> list[str]:
     return [m for m in dir(view) if m.startswith("track_")]
-
-
-def test_every_suite_with_workloads_has_views_of_both_kinds():
-    assert {v.workload.split("/")[0] for v in TIME_VIEWS} >= {"amp", "rpc", "fork_wait",
-                                                               "profiler", "ddp_rpc"}
-    assert {v.case.split("/")[0] for v in FIGURE_VIEWS} == {v.workload.split("/")[0]
-                                                            for v in TIME_VIEWS}
 
 
 @pytest.mark.parametrize("view", TIME_VIEWS, ids=lambda v: v.__name__)
@@ -101,12 +186,12 @@ def test_a_figure_view_finds_each_figure_in_a_real_run_with_its_unit(view):
 
 def test_a_renamed_metric_or_a_label_never_recorded_fails_the_view():
     entries = copy.deepcopy(_reference_entries("fork_wait/scaling"))
-    view = importlib.import_module("suites.fork_wait.asv_bench").ForkWaitSpeedup
+    view = DISCOVERED["fork_wait.asv_bench.ForkWaitSpeedup.track_speedup"].func.__self__
     for entry in entries.values():
         for m in entry["metrics"]:
             if m["name"] == "speedup":
                 m["name"] = "speedup_renamed"
-    v = view()
+    v = type(view)()
     v.setup(entries, "cpu", 2, 2)
     with pytest.raises(KeyError, match="recorded no metric 'speedup"):
         v.track_speedup(entries, "cpu", 2, 2)
@@ -115,14 +200,21 @@ def test_a_renamed_metric_or_a_label_never_recorded_fails_the_view():
 
 
 def test_views_of_one_case_share_one_cache_so_no_case_runs_twice():
-    by_case: dict[str, set] = {}
-    for view in FIGURE_VIEWS:
-        by_case.setdefault(view.case, set()).add(view.setup_cache)
-    # asv keys its cache by the function's source line: one function, one run of the case
-    assert all(len(fns) == 1 for fns in by_case.values()), by_case
-    for fns in by_case.values():
-        (fn,) = fns
-        assert fn.__module__.startswith("suites.")  # not the base's, which every class shares
+    """asv runs one setup_cache per key and hands its result to every benchmark with that
+    key: one key per case, shared by all its views, and no two cases under one key (they
+    would read each other's entries)."""
+    keys: dict[str, set] = {}
+    for b in DISCOVERED.values():
+        view = _view_of(b)
+        if issubclass(view, asv.CaseFigures):
+            keys.setdefault(view.case, set()).add(b.setup_cache_key)
+        else:
+            assert b.setup_cache_key is None, b.name
+    assert all(len(k) == 1 for k in keys.values()), keys
+    assert len({k for (k,) in keys.values()}) == len(keys), keys
+    # the key is the case's own: its module and the first line of its definition
+    line = inspect.getsourcelines(rpc_cases.round_trip)[1]
+    assert keys["rpc/round_trip"] == {f"rpc.cases:{line}"}
 
 
 # asv runs each benchmark in a process of its own; so does this check, since an RPC agent,
@@ -152,15 +244,14 @@ def test_the_rpc_peer_outlives_asvs_samples():
     assert out.stdout.strip().splitlines()[-1] == "same peer"
 
 
-@pytest.mark.parametrize("view", ["suites.profiler.asv_bench:ProfilerStepTime",
-                                  "suites.amp.asv_bench:TrainStepTime"])
-def test_a_workload_whose_package_is_missing_is_skipped_not_failed(monkeypatch, view):
+@pytest.mark.parametrize("name", ["profiler.asv_bench.ProfilerStepTime.time_step",
+                                  "amp.asv_bench.TrainStepTime.time_train_step"])
+def test_a_workload_whose_package_is_missing_is_skipped_not_failed(monkeypatch, name):
     """An environment built without torchvision (release-bench env create
     --without-torchvision) reports the views of workloads that need it as n/a, whichever way
     the workload finds out (a failed import, or its own Skip)."""
-    module, name = view.split(":")
-    view = getattr(importlib.import_module(module), name)
+    view = _view_of(DISCOVERED[name])
     monkeypatch.setitem(sys.modules, "torchvision", None)  # `import torchvision` now fails
-    combos = [c for c in _combinations(view) if "resnet" in repr(c) or "profiler" in module]
+    combos = [c for c in _combinations(view) if "resnet" in repr(c) or "profiler" in name]
     with pytest.raises(asv.NotAvailable, match="torchvision"):
         view().setup(*combos[0])

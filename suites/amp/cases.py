@@ -28,7 +28,7 @@ import torch
 
 from harness import clean_exit as clean_exit_programs
 from harness import machine
-from harness.cases import Context, Skip, Suite, grid
+from harness.cases import Context, Skip, Suite, Track, TrackView, grid
 from harness.timing import Timing
 from suites.amp import gradscaler, memory, oplists, training
 from suites.amp.training import AMP_MODES, MODELS, CudaSettings, restored_backend_flags
@@ -81,7 +81,8 @@ LOW_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 @suite.workload(params={profile if kind == "cpu" else f"{profile}:{kind}":
                         grid(model=["resnet18"] if profile == "quick" else list(MODELS),
                              mode=["fp32", *training.AMP_MODES[kind]])
-                        for kind in training.AMP_MODES for profile in ("quick", "full")})
+                        for kind in training.AMP_MODES for profile in ("quick", "full")},
+                asv_name="TrainStepTime.time_train_step")
 def training_step(device: str, model: str, mode: str, batch: int | None = None,
                   side: int | None = None, tf32: bool = False, channels_last: bool = False,
                   cudnn_benchmark: bool = True) -> training.TrainStep:
@@ -96,7 +97,8 @@ def training_step(device: str, model: str, mode: str, batch: int | None = None,
 # the GEMM ladder's grid, "quick" and "full" on the CPU, "quick:cuda" and "full:cuda" on CUDA
 @suite.workload(params={profile if kind == "cpu" else f"{profile}:{kind}":
                         grid(n=list(GEMM_SIZES[(kind, profile)]), dtype=list(GEMM_DTYPES[kind]))
-                        for kind, profile in GEMM_SIZES})
+                        for kind, profile in GEMM_SIZES},
+                asv_name="MatmulTime.time_matmul")
 def matmul(device: str, n: int, dtype: str):
     """One n x n x n matmul: float32, tf32 (CUDA), float16, bfloat16, or autocast-<dtype>
     (float32 inputs under autocast, casts included)."""
@@ -255,7 +257,19 @@ def _cpu_details() -> dict[str, Any]:
                          "full": grid(model=list(MODELS), channels_last=[False, True],
                                       tf32=[False, True])},
                  needs=("torchvision",),
-                 options=("batch", "side", "tf32", "channels_last", "cudnn_benchmark"))
+                 options=("batch", "side", "tf32", "channels_last", "cudnn_benchmark"),
+                 tracks=[TrackView("AmpTrainStep", "Autocast against fp32 (strict FP32 on "
+                                   "CUDA), from the suite's train_step case.", unit="x",
+                                   labels={"mode": AMP_MODES},
+                                   tracks=["speedup", "memory_ratio",
+                                           Track("peak_bytes", unit="B")]),
+                         TrackView("AmpEnergy", "GPU energy per timed training step and mean "
+                                   "power over the whole train_step case (fp32 and the "
+                                   "autocast modes interleaved), from NVML.", devices=("cuda",),
+                                   tracks=[Track("energy_per_step", "energy_per_iteration_j",
+                                                 "J", telemetry=True),
+                                           Track("power_mean", "power_w_mean", "W",
+                                                 telemetry=True)])])
 def train_step(ctx: Context) -> None:
     """Training-step time and peak memory, fp32 against autocast, side by side."""
     p, kind = ctx.params, training.device_type(ctx.device)
@@ -332,7 +346,12 @@ def _cuda_step_notes(ctx: Context, settings: CudaSettings, batch: int,
                      f"steps skipped optimizer.step()")
 
 
-@suite.benchmark(params=[{}])
+@suite.benchmark(params=[{}], tracks=[TrackView(
+    "GemmTflops", "Achieved TFLOP/s of the GEMM ladder, per size and precision.",
+    unit="TFLOP/s", tracks=["tflops"],
+    # the matmul workload's grid
+    labels={"n": {f"{profile}:{kind}": sizes for (kind, profile), sizes in GEMM_SIZES.items()},
+            "dtype": GEMM_DTYPES})])
 def gemm_ladder(ctx: Context) -> None:
     """Square matmuls in each precision, side by side per size, in TFLOP/s."""
     kind = training.device_type(ctx.device)

@@ -39,7 +39,7 @@ import torch
 
 from harness import clean_exit as clean_exit_programs
 from harness import launch, timing
-from harness.cases import Context, Suite
+from harness.cases import Context, Suite, Track, TrackView
 from suites.ddp_rpc import workers
 from suites.ddp_rpc.model import (
     MODES,
@@ -296,7 +296,18 @@ def faults(ctx: Context) -> None:
 
 
 @suite.benchmark(params={"quick": [{"ddp": "inside"}], "full": [{"ddp": m} for m in MODES]},
-                 needs=("distributed",))
+                 needs=("distributed",),
+                 tracks=[TrackView(
+                     "HybridStep", "Seconds per hybrid step and per phase on trainer 1, and the "
+                     "step's overhead over the local step, from the suite's step_time case.",
+                     unit="s",
+                     tracks=[Track("step", "step_time"), Track("forward", "forward_time"),
+                             Track("backward", "backward_time"),
+                             Track("optimizer", "optimizer_time"), "rpc_embedding_forward",
+                             "allreduce_dense_grads",
+                             Track("overhead_vs_local", unit="x",
+                                   doc="Hybrid step time over the equivalent local step, "
+                                       "timed interleaved in the trainers.")])])
 def step_time(ctx: Context) -> None:
     """Hybrid step time and its phases, beside an equivalent local step, a bare RPC and a
     bare allreduce."""

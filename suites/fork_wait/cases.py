@@ -19,7 +19,7 @@ import torch
 
 from harness import clean_exit as clean_exit_programs
 from harness import timing
-from harness.cases import Context, Suite
+from harness.cases import Context, Suite, TrackView
 from suites.fork_wait import minimal, scripted
 
 suite = Suite(
@@ -52,13 +52,13 @@ def _chains(program, tasks: int, size: int, steps: int):
     return lambda: fn(xs, w, steps)
 
 
-@suite.workload(params=TASK_PARAMS, devices=("cpu",))
+@suite.workload(params=TASK_PARAMS, devices=("cpu",), asv_name="ForkedTime.time_forked")
 def forked_tasks(device: str, tasks: int, size: int = TASK_SIZE, steps: int = TASK_STEPS):
     """K independent matmul chains, forked inside one scripted function."""
     return _chains(scripted.forked, tasks, size, steps)
 
 
-@suite.workload(params=TASK_PARAMS, devices=("cpu",))
+@suite.workload(params=TASK_PARAMS, devices=("cpu",), asv_name="SerialTime.time_serial")
 def serial_tasks(device: str, tasks: int, size: int = TASK_SIZE, steps: int = TASK_STEPS):
     """The same K matmul chains, one after another, in one scripted function."""
     return _chains(scripted.serial, tasks, size, steps)
@@ -131,7 +131,10 @@ def measure_scaling(rank: int, world: int, interop_threads: int, task_counts: li
 
 @suite.benchmark(params={"quick": [{"interop_threads": n} for n in (1, 2)],
                          "full": [{"interop_threads": n} for n in (1, 2, 4)]},
-                 devices=("cpu",), needs=("distributed",))
+                 devices=("cpu",), needs=("distributed",),
+                 tracks=[TrackView("ForkWaitSpeedup", "Speedup of forked over serial per task "
+                                   "count K, from the suite's scaling case.", unit="x",
+                                   labels={"K": TASKS}, tracks=["speedup"])])
 def scaling(ctx: Context) -> None:
     """Speedup of K forked tasks over serial, against the ideal min(K, cores, threads)."""
     threads = ctx.params["interop_threads"]

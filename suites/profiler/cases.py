@@ -29,7 +29,7 @@ from torch.autograd import DeviceType
 from torch.autograd.profiler import record_function
 
 from harness import clean_exit as clean_exit_programs
-from harness.cases import Context, Skip, Suite
+from harness.cases import Context, Skip, Suite, TrackView
 from suites.profiler import apis, truth
 
 suite = Suite(
@@ -92,7 +92,9 @@ def _all_exact(ctx: Context, name: str, pairs: list[tuple[str, int, int | None]]
 # --- known allocations -----------------------------------------------------------------------
 
 
-@suite.conformance(devices=("cpu", "cuda"))
+@suite.conformance(devices=("cpu", "cuda"), tracks=[TrackView(
+    "ProfilerMemoryError", "Largest byte error over the known allocations, per profiler API "
+    "(0 when exact).", unit="B", labels={"api": apis.API_NAMES}, tracks=["max_abs_error"])])
 def known_allocations(ctx: Context) -> None:
     """Known allocations report exactly their bytes (CUDA: the allocator's block), and frees
     the same bytes, negative."""
@@ -360,7 +362,11 @@ def _host_durations(prof, labels: list[str]) -> list[float]:
     return [e.cpu_time_total / 1e6 for e in sorted(regions, key=lambda e: e.time_range.start)]
 
 
-@suite.conformance(devices=("cpu", "cuda"))
+@suite.conformance(devices=("cpu", "cuda"), tracks=[TrackView(
+    "ProfilerTimeError", "Relative error of a known region's reported duration, per profiler "
+    "API.", unit="%", tracks=["time_error"],
+    labels={"api": apis.API_NAMES,
+            "region": {p: [region_label(d) for d in ds] for p, ds in DURATIONS.items()}})])
 def timing_accuracy(ctx: Context) -> None:
     """Regions of known length (CPU busy-wait; torch.cuda._sleep on GPU) report their
     duration within 5% (median of REPEATS regions each; checked from 20 ms)."""
@@ -421,7 +427,8 @@ STEP_PARAMS = {"quick": [{"batch": 2, "image": 112}],
 
 
 @suite.workload(params={p: [{"mode": m, **s} for m in PROFILER_MODES for s in STEP_PARAMS[p]]
-                        for p in STEP_PARAMS}, needs=("torchvision",))
+                        for p in STEP_PARAMS}, needs=("torchvision",),
+                asv_name="ProfilerStepTime.time_step")
 def model_step(device: str, mode: str, batch: int = 2, image: int = 112):
     """One resnet18 training step (forward, backward, SGD), under torch.profiler in `mode`."""
     model = _resnet18(device)
@@ -450,7 +457,11 @@ def model_step(device: str, mode: str, batch: int = 2, image: int = 112):
     return profiled
 
 
-@suite.benchmark(params=STEP_PARAMS, devices=("cpu", "cuda"), needs=("torchvision",))
+@suite.benchmark(params=STEP_PARAMS, devices=("cpu", "cuda"), needs=("torchvision",),
+                 tracks=[TrackView("ProfilerOverhead", "Step time with the profiler over step "
+                                   "time without, from the suite's overhead case.", unit="x",
+                                   labels={"mode": [m for m in PROFILER_MODES if m != "off"]},
+                                   tracks=["overhead"])])
 def overhead(ctx: Context) -> None:
     """A resnet18 training step with the profiler off, on, with memory, with shapes: times
     and ratios to off, interleaved in one run."""

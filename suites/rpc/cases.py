@@ -28,7 +28,7 @@ import torch
 
 from harness import clean_exit as clean_exit_programs
 from harness import launch
-from harness.cases import Context, Suite
+from harness.cases import Context, Suite, TrackView
 from suites.rpc import measure, paths, workers
 from suites.rpc.caller import GroupSpec
 
@@ -50,6 +50,7 @@ BANDWIDTH_FROM = MiB  # bandwidth is reported for payloads of at least this size
 IN_FLIGHT = 8
 BARE_LOOP_TOLERANCE = 0.10  # the suite's TensorPipe p50 within 10% of a bare rpc_sync loop
 MAIN_PATHS = ["tp_builtin", "tp_python", "bare_loop", "gloo", "tcp"]
+FLOORS = ("tcp",)  # each path's over_floor is its time over this one's
 PATH_LABELS = {
     "tp_builtin": "TensorPipe rpc_sync, builtin torch.add",
     "tp_python": "TensorPipe rpc_sync, Python echo",
@@ -83,19 +84,21 @@ def _launch(ctx: Context, fn: Callable, nprocs: int, args: tuple, timeout_s: flo
 
 # --- workloads: the statements the benchmarks time (paths.py) --------------------------------
 
-for _build, _params, _devices in [
-    (paths.tensorpipe_builtin, SIZE_PARAMS, DEVICES),
-    (paths.tensorpipe_python, SIZE_PARAMS, DEVICES),
+for _build, _params, _devices, _asv_name in [
+    (paths.tensorpipe_builtin, SIZE_PARAMS, DEVICES, "TensorPipeBuiltin.time_builtin"),
+    (paths.tensorpipe_python, SIZE_PARAMS, DEVICES, "TensorPipePython.time_python"),
     (paths.tensorpipe_async, {"quick": [{"nbytes": 4, "in_flight": IN_FLIGHT}],
                               "full": [{"nbytes": n, "in_flight": IN_FLIGHT}
-                                       for n in HEADLINE_SIZES]}, DEVICES),
-    (paths.gloo_pingpong, SIZE_PARAMS, DEVICES),
-    (paths.tcp_pingpong, SIZE_PARAMS, DEVICES),
+                                       for n in HEADLINE_SIZES]}, DEVICES,
+     "TensorPipeInFlight.time_rpc_async"),
+    (paths.gloo_pingpong, SIZE_PARAMS, DEVICES, "GlooRoundTrip.time_send_recv"),
+    (paths.tcp_pingpong, SIZE_PARAMS, DEVICES, "TcpFloor.time_pingpong"),
     (paths.batched_update, {"quick": [{"mode": m, "requests": 8} for m in ("async", "blocking")],
                             "full": [{"mode": m, "requests": r} for m in ("async", "blocking")
-                                     for r in (4, 8, 16)]}, ("cpu",)),
+                                     for r in (4, 8, 16)]}, ("cpu",), "BatchedUpdate.time_batch"),
 ]:
-    suite.workload(params=_params, devices=_devices, needs=("distributed",))(_build)
+    suite.workload(params=_params, devices=_devices, needs=("distributed",),
+                   asv_name=_asv_name)(_build)
 
 
 # --- conformance ------------------------------------------------------------------------------
@@ -271,7 +274,20 @@ def _forced_spec(device: str, transport: str) -> GroupSpec:
                      channels=("basic",) if cpu else None)
 
 
-@suite.benchmark(devices=DEVICES, needs=("distributed",), options=("sizes", "min_samples"))
+@suite.benchmark(devices=DEVICES, needs=("distributed",), options=("sizes", "min_samples"),
+                 tracks=[TrackView("RoundTripLatency", "p50 and p99 round trip per path and "
+                                   "payload, from the suite's round_trip case.", unit="s",
+                                   labels={"path": list(PATH_LABELS), "bytes": SIZES},
+                                   tracks=["p50", "p99"]),
+                         TrackView("RoundTripOverFloor", "Each path's p50 over the TCP floor "
+                                   "measured beside it.", unit="x", tracks=["over_floor"],
+                                   labels={"path": [p for p in PATH_LABELS if p not in FLOORS],
+                                           "bytes": SIZES}),
+                         TrackView("RoundTripRatios", "The suite's TensorPipe p50 over a bare "
+                                   "rpc_sync loop, uv over shm, and rpc_async's speedup over "
+                                   "rpc_sync, per payload.", unit="x", labels={"bytes": SIZES},
+                                   tracks=["suite_over_bare_loop", "uv_over_shm",
+                                           "async_speedup"])])
 def round_trip(ctx: Context) -> None:
     """Round-trip p50/p90/p99 over a payload sweep: TensorPipe (builtin, Python, shm, uv),
     Gloo send/recv and the TCP floor, each over the floor; rpc_async in flight; bare loop.
@@ -448,7 +464,10 @@ def _closing_rows(p50: dict, sizes: list[int]) -> list[dict[str, Any]]:
 BATCH_BENCH = {"quick": [{"requests": 8}], "full": [{"requests": r} for r in (4, 8, 16)]}
 
 
-@suite.benchmark(params=BATCH_BENCH, devices=("cpu",), needs=("distributed",))
+@suite.benchmark(params=BATCH_BENCH, devices=("cpu",), needs=("distributed",),
+                 tracks=[TrackView("BatchedUpdateSpeedup", "Batched-update throughput with "
+                                   "async_execution over the blocking handler.", unit="x",
+                                   tracks=["async_over_blocking"])])
 def batched_update(ctx: Context) -> None:
     """Batched-update throughput with async_execution against the same workload without it
     (a handler that waits on its RPC thread), interleaved; and async with 2 threads."""
