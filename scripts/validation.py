@@ -51,7 +51,7 @@ def _wall_minutes(base: Path) -> float | None:
             run = records.read_run(path)
         except records.RecordError:
             continue
-        times += [run["started"], run["finished"] or run["started"]]
+        times += [run.started, run.finished or run.started]
     if not times:
         return None
     parsed = sorted(datetime.fromisoformat(t) for t in times)
@@ -65,7 +65,7 @@ def row_from_ab(base: Path, name: str, planted: str, affected: str | None,
     # each side's merged run: side-A.json, or A.json in folders older than the campaign engine
     side = records.read_run(next(p for p in (base / "side-A.json", base / "A.json")
                                  if p.exists()))
-    machine = side["machine"]
+    machine = side.machine
     pattern = re.compile(affected) if affected else None
     changes = comparison["changes"]
 
@@ -87,7 +87,7 @@ def row_from_ab(base: Path, name: str, planted: str, affected: str | None,
                "counts": j["counts"]}
               for j in (meta.get("max_rounds") or {}).get("judged", [])]
     return {
-        "name": name, "date": side["started"][:10],
+        "name": name, "date": side.started[:10],
         "commit": ((machine.get("project") or {}).get("commit") or "")[:7],
         "machine": machine.get("name"), "experiment": planted,
         "command": command or records.scrub_paths(meta.get("command") or ""), "design": design,

@@ -71,8 +71,8 @@ def test_ab_writes_its_rounds_merged_sides_and_verdicts_and_judges_them_again(tm
     assert "2 rounds per side, round by round (ABBA" in proc.stdout
     for side in ("A", "B"):
         run = records.read_run(where / f"side-{side}.json")
-        assert run["ab"]["schedule"] == "ABBA"
-        assert {e["details"]["rounds"] for e in run["results"]} == {2}
+        assert run.ab["schedule"] == "ABBA"
+        assert {e.details["rounds"] for e in run.results} == {2}
         assert (where / "logs" / f"side-{side}.log").stat().st_size > 0
     again = subprocess.run([BIN / "release-bench", "ab", "--judge", str(where),
                             "--calibration", "none"], capture_output=True, text=True,
@@ -96,8 +96,8 @@ def test_ab_of_one_environment_against_itself_flags_nothing(tmp_path):
     assert json.loads((where / "comparison.json").read_text())["counts"] == cmp["counts"]
     for side in ("A", "B"):  # both sides' merged runs are kept and readable
         run = records.read_run(where / f"side-{side}.json")
-        assert run["ab"]["schedule"] == "ABBAABBA"
-        assert all(e["details"]["rounds"] == AA_ROUNDS for e in run["results"])
+        assert run.ab["schedule"] == "ABBAABBA"
+        assert all(e.details["rounds"] == AA_ROUNDS for e in run.results)
 
 
 @pytest.mark.validation

@@ -105,3 +105,55 @@ def test_the_validation_page_is_what_its_rows_render():
     assert len(rows) >= 17 and all({"date", "commit", "machine", "experiment", "command"}
                                    <= set(r) for r in rows)
     assert (ROOT / "docs" / "validation.md").read_text() == validation.render(rows)
+
+
+# Keys that only a run record has: outside harness/records.py a run, a result, a metric or a
+# check is read through its typed fields (records.Run, Result, Metric, Check), never by key.
+RECORD_KEYS = frozenset({
+    "results", "metrics", "samples", "sessions", "stats", "checks", "params", "outcome",
+    "labels", "shown_tables", "elapsed_s", "placement", "schema_version", "interrupted",
+    "headline", "passed", "expected", "telemetry"})
+# Other documents that share a key name with the run record, each with why it is not one.
+NOT_RECORDS = {
+    ("harness/nodes.py", "results"): "a worker's report to node 0: its ranks' return values",
+    ("harness/matrix.py", "outcome"): "matrix.json's summary of a case on one side",
+    ("harness/matrix.py", "labels"): "matrix.json's headline figures",
+    ("harness/commands/matrix.py", "outcome"): "matrix.json's summary of a case on one side",
+    ("harness/commands/matrix.py", "expected"): "matrix.json's summary of a case on one side",
+    ("harness/commands/matrix.py", "labels"): "matrix.json's verdicts (compare.Change)",
+    ("harness/expectations.py", "outcome"): "an entry of the expectations file",
+    ("harness/calibration.py", "labels"): "a calibration file's figures",
+}
+
+
+def raw_record_reads(root: Path = ROOT / "harness") -> list[str]:
+    """`x["key"]` and `x.get("key")` reads of run-record keys outside the records module."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root.parent).as_posix()
+        if rel == "harness/records.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            key = None
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and \
+                    isinstance(node.slice, ast.Constant):
+                key = node.slice.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr == "get" and node.args and \
+                    isinstance(node.args[0], ast.Constant):
+                key = node.args[0].value
+            if key in RECORD_KEYS and (rel, key) not in NOT_RECORDS:
+                out.append(f"{rel}:{node.lineno}: {key!r}")
+    return out
+
+
+def test_only_the_records_module_reads_run_records_by_key():
+    assert raw_record_reads() == []
+
+
+def test_the_record_keys_check_finds_a_raw_read(tmp_path):
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "bad.py").write_text(
+        "def f(entry):\n    return entry['outcome'], entry.get('metrics')\n")
+    assert raw_record_reads(tmp_path / "harness") == ["harness/bad.py:2: 'outcome'",
+                                                      "harness/bad.py:2: 'metrics'"]

@@ -5,6 +5,7 @@ hardware it was measured on."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import subprocess
 import sys
@@ -21,27 +22,25 @@ MACHINE = {"name": "m", "cpu": {"model": "EPYC", "logical_cores": 2, "flags": {"
            "gpus": []}
 
 
-def _figure(rng, case: str, level: float, i: int, within: float = 0.01) -> dict:
+def _figure(rng, case: str, level: float, i: int, within: float = 0.01) -> records.Metric:
     """A time figure of `case` at `level`, from 30 samples that scatter `within` (log)."""
     ctx = Context("cpu", "quick", {})
     samples = list(level * rng.lognormal(0, within, 30))
     ctx.metric("t", float(np.median(samples)), "s", kind="time", better="lower",
                samples=samples, labels={"i": i})
-    return ctx.metrics[0].to_json()
+    return ctx.metrics[0].record()
 
 
-def _side(rng, rounds: int, per_process: dict[str, float]) -> list[dict]:
+def _side(rng, rounds: int, per_process: dict[str, float]) -> list[records.Run]:
     """One side's runs: per round one process per case, each case's level drawn anew per
     process with the given log spread (0: the samples alone predict the rounds)."""
     runs = []
     for _ in range(rounds):
         for case, sd in per_process.items():
-            run = records.new_run(MACHINE, "quick")
             level = float(rng.lognormal(0, sd))
-            run["results"] = [{"suite": "s", "case": case, "kind": "benchmark", "device": "cpu",
-                               "params": {}, "outcome": "pass", "reason": "",
-                               "metrics": [_figure(rng, case, level, i) for i in range(4)]}]
-            runs.append(run)
+            result = records.Result("s", case, "pass", device="cpu", metrics=tuple(
+                _figure(rng, case, level, i) for i in range(4)))
+            runs.append(records.new_run(MACHINE, "quick").with_result(result))
     return runs
 
 
@@ -95,11 +94,10 @@ def test_the_calibrations_floor_holds_a_figure_that_looked_steady_by_chance():
 
     rng = np.random.default_rng(5)
     steady = _side(rng, 3, {"c": 0.0})
-    slower = copy.deepcopy(steady)
-    for run in slower:
-        for m in run["results"][0]["metrics"]:
-            m["value"] *= 1.1
-            m["samples"] = [x * 1.1 for x in m["samples"]]
+    slower = [dataclasses.replace(run, results=tuple(
+        dataclasses.replace(e, metrics=tuple(
+            dataclasses.replace(m, value=m.value * 1.1, samples=[x * 1.1 for x in m.samples])
+            for m in e.metrics)) for e in run.results)) for run in steady]
     reps = campaign.round_values(steady, slower)
     a, b = campaign.merge_runs(steady), campaign.merge_runs(slower)
     bare = calibration.Calibration(MACHINE, {}, {}, {})

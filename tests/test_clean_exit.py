@@ -85,21 +85,21 @@ def test_the_clean_exit_case_fails_on_a_planted_abort_and_gives_the_rate(planted
     planted("exit_abort=0.5")
     case = fork_wait_cases.suite.case("clean_exit")
     entry = execute(case, "cpu", {"trials": 12}, "quick")
-    assert entry["outcome"] == "fail", entry["reason"]
-    failed = [c for c in entry["checks"] if not c["passed"]]
+    assert entry.outcome == "fail", entry.reason
+    failed = [c for c in entry.checks if not c.passed]
     assert len(failed) == 2  # both programs: each aborted in some of its 12 trials
     for check in failed:
-        assert "/12 [" in check["detail"] and "killed by SIGABRT" in check["detail"]
-    rates = [m for m in entry["metrics"] if m["name"] == "abnormal_exit_rate"]
-    assert {m["labels"]["program"] for m in rates} == {"release_notes", "chains"}
+        assert "/12 [" in check.detail and "killed by SIGABRT" in check.detail
+    rates = [m for m in entry.metrics if m.name == "abnormal_exit_rate"]
+    assert {m.labels["program"] for m in rates} == {"release_notes", "chains"}
     for m in rates:
-        assert 0 < m["value"] <= 1 and m["stats"]["n"] == 12
-        assert m["stats"]["ci"][0] <= m["value"] <= m["stats"]["ci"][1]
+        assert 0 < m.value <= 1 and m.stats["n"] == 12
+        assert m.stats["ci"][0] <= m.value <= m.stats["ci"][1]
     assert any(name.startswith("abnormal exits") and rows
-               for name, rows in entry["tables"].items())
+               for name, rows in entry.tables.items())
     # each way a process ended, for the expectations' signature: the known abort, excused
-    assert entry["details"]["failures"] and all(
-        "terminate called without an active exception" in f for f in entry["details"]["failures"])
+    assert entry.details["failures"] and all(
+        "terminate called without an active exception" in f for f in entry.details["failures"])
     here = {"torch": {"version": torch.__version__}, "python": platform.python_version(),
             "os": platform.platform()}
     judged = expectations.judge_result(entry, here, expectations.load())
@@ -121,6 +121,6 @@ def test_every_suites_clean_exit_case_fails_when_its_processes_abort(planted, su
     planted("exit_abort=1")
     case = registry.load(suite).case("clean_exit")
     entry = execute(case, "cpu", {"trials": 2}, "quick")
-    assert entry["outcome"] == "fail", entry["reason"]
-    assert entry["checks"] and all("2/2 [" in c["detail"] and not c["passed"]
-                                   for c in entry["checks"])
+    assert entry.outcome == "fail", entry.reason
+    assert entry.checks and all("2/2 [" in c.detail and not c.passed
+                                   for c in entry.checks)

@@ -72,8 +72,8 @@ def test_run_writes_a_record_prints_progress_and_show_reads_it(tmp_path):
     assert "totals: 1 pass, 0 fail, 0 error, 0 skip" in out.stdout
     (path,) = tmp_path.rglob("*.json")
     run = records.read_run(path)
-    assert run["profile"] == "quick" and run["finished"]
-    assert run["machine"]["torch"]["version"] == torch.__version__
+    assert run.profile == "quick" and run.finished
+    assert run.torch_version == torch.__version__
     shown = cli_run("show", str(tmp_path))
     assert shown.returncode == 0 and "fork_wait/release_notes_example" in shown.stdout
 

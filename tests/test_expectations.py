@@ -5,6 +5,7 @@ ticket; `update` proposes the edit a set of runs calls for."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -52,13 +53,17 @@ def _run(python: Path | str, tmp_path: Path, *args: str) -> subprocess.Completed
 
 
 def _entry(outcome: str = "fail", reason: str = "", failures: list[str] | None = None,
-           rates: dict[str, tuple[int, int]] | None = None, device: str = "cpu") -> dict:
-    metrics = [{"name": "abnormal_exit_rate", "labels": {"program": p}, "value": k / n,
-                "unit": "fraction", "kind": "rate", "better": "lower", "stats": {"n": n}}
-               for p, (k, n) in (rates or {}).items()]
-    return {"suite": "fork_wait", "case": "clean_exit", "device": device, "params": {},
-            "outcome": outcome, "reason": reason, "metrics": metrics,
-            "details": {"failures": failures} if failures else {}}
+           rates: dict[str, tuple[int, int]] | None = None, device: str = "cpu",
+           case: str = "clean_exit") -> records.Result:
+    metrics = tuple(records.Metric("abnormal_exit_rate", k / n, "fraction", "rate", "lower",
+                                   labels={"program": p}, stats={"n": n})
+                    for p, (k, n) in (rates or {}).items())
+    return records.Result("fork_wait", case, outcome, reason, device=device, metrics=metrics,
+                          details={"failures": failures} if failures else {})
+
+
+def _run_of(*results: records.Result) -> records.Run:
+    return dataclasses.replace(records.new_run(MACHINE, "quick"), results=results)
 
 
 def test_a_failure_the_entry_describes_is_expected_and_green_with_its_issue():
@@ -79,7 +84,7 @@ def test_another_failure_under_the_entry_a_new_failure_and_a_pass_are_unexpected
                              "chains: timed out: still running"])
     j = expectations.judge_result(other, MACHINE, entries)
     assert j.status == "unexpected-fail" and "chains: timed out" in j.why
-    new = {**_entry(reason="check x failed"), "case": "release_notes_example"}
+    new = _entry(reason="check x failed", case="release_notes_example")
     assert expectations.judge_result(new, MACHINE, entries).status == "unexpected-fail"
     passed = _entry(outcome="pass", rates={"release_notes": (0, 20), "chains": (0, 20)})
     j = expectations.judge_result(passed, MACHINE, entries)
@@ -108,7 +113,7 @@ def test_an_entry_applies_only_where_its_conditions_hold():
     mac = {**MACHINE, "os": "macOS-15.1-arm64-arm-64bit"}
     assert expectations.judge_result(failing, mac, entries).status == "unexpected-fail"
     assert expectations.judge_result(
-        {**failing, "device": "cuda"}, MACHINE, entries).status == "unexpected-fail"
+        dataclasses.replace(failing, device="cuda"), MACHINE, entries).status == "unexpected-fail"
     assert expectations.judge_result(failing, MACHINE, entries).status == "expected-fail"
 
 
@@ -169,8 +174,8 @@ def test_a_planted_pass_of_the_expected_failure_fails_the_run(tmp_path):
     assert "pytorch/pytorch/issues/38228" in out.stderr
     (path,) = (tmp_path / "runs").rglob("*.json")
     run = records.read_run(path)
-    assert run["results"][0]["expected"]["status"] == "unexpected-pass"
-    assert run["expectations"]["counts"]["unexpected-pass"] == 1
+    assert run.results[0].status == "unexpected-pass"
+    assert run.expectations["counts"]["unexpected-pass"] == 1
 
 
 def test_a_failure_other_than_the_known_one_fails_the_run(tmp_path):
@@ -209,12 +214,9 @@ def test_a_new_failure_fails_the_run(tmp_path):
 
 def test_update_proposes_an_entry_for_a_new_failure_that_cannot_land_without_a_ticket(
         tmp_path):
-    run = records.new_run(MACHINE, "quick")
-    run["results"] = [
-        {**_entry(failures=["chains: timed out: stuck"], rates={"chains": (3, 20)}),
-         "case": "clean_exit"},
-        {**_entry(reason="3 of 4 checks failed"), "case": "release_notes_example"}]
-    path = records.write_json_atomic(tmp_path / "run.json", run)
+    run = _run_of(_entry(failures=["chains: timed out: stuck"], rates={"chains": (3, 20)}),
+                  _entry(reason="3 of 4 checks failed", case="release_notes_example"))
+    path = records.write_run(tmp_path / "run.json", run)
     empty = _file(tmp_path, "# expected results\n")
     out = subprocess.run([BIN / "release-bench", "expectations", "update", str(path), "--file",
                           str(empty)], capture_output=True, text=True, timeout=120)
@@ -233,14 +235,12 @@ def test_update_proposes_an_entry_for_a_new_failure_that_cannot_land_without_a_t
 
 def test_update_removes_an_entry_whose_case_now_passes_and_a_stale_one():
     text = "# head\n" + _abort() + _abort().replace("fork_wait/clean_exit", "fork_wait/gone")
-    run = records.new_run(MACHINE, "quick")
-    run["results"] = [_entry(outcome="pass", rates={"release_notes": (0, 20)})]
+    run = _run_of(_entry(outcome="pass", rates={"release_notes": (0, 20)}))
     upd = expectations.update(text, [run], expectations.known_cases())
     assert upd.new.strip() == "# head"
     assert any("passed in every run it applies to: removed" in c for c in upd.changes)
     assert any("names no case of the suites: removed" in c for c in upd.changes)
     # passed in one run and failed in another: intermittent, 'pass' joins its outcomes
-    failed = records.new_run(MACHINE, "quick")
-    failed["results"] = [_entry(failures=["terminate called without an active exception"])]
+    failed = _run_of(_entry(failures=["terminate called without an active exception"]))
     upd = expectations.update(_abort(), [run, failed], expectations.known_cases())
     assert 'outcome = ["fail", "pass"]' in upd.new and "'pass' added" in upd.changes[0]

@@ -3,6 +3,7 @@ by `release-bench compare` and by asv; and asv's published dashboard renders in 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -95,12 +96,12 @@ def test_compare_thresholds_are_configurable(tmp_path):
 
 
 def test_compare_flags_a_conformance_case_that_stopped_passing(tmp_path):
-    run = records.new_run({"name": "m"}, "quick")
-    run["results"] = [{"suite": "s", "case": "c", "kind": "conformance", "device": "cpu",
-                       "params": {}, "outcome": "pass", "reason": "", "metrics": []}]
-    a = records.write_json_atomic(tmp_path / "a.json", run)
-    run["results"][0].update(outcome="fail", reason="1 of 1 checks failed")
-    b = records.write_json_atomic(tmp_path / "b.json", run)
+    passed = records.Result("s", "c", "pass", kind="conformance", device="cpu")
+    failed = dataclasses.replace(passed, outcome="fail", reason="1 of 1 checks failed")
+    a = records.write_run(tmp_path / "a.json", records.new_run({"name": "m"}, "quick",
+                                                                 results=(passed,)))
+    b = records.write_run(tmp_path / "b.json", records.new_run({"name": "m"}, "quick",
+                                                                 results=(failed,)))
     out = compare(a, b)
     assert out.returncode == 1 and "(outcome)" in out.stdout
 

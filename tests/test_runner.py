@@ -98,30 +98,30 @@ def run(name, device="cpu"):
 )
 def test_outcomes(name, outcome, reason):
     entry = run(name)
-    assert (entry["outcome"], entry["reason"]) == (outcome, reason)
+    assert (entry.outcome, entry.reason) == (outcome, reason)
 
 
 def test_error_keeps_the_traceback():
-    assert "ZeroDivisionError" in run("raises")["details"]["traceback"]
+    assert "ZeroDivisionError" in run("raises").details["traceback"]
 
 
 def test_benchmark_metric_carries_statistics_and_warnings_become_notes():
     entry = run("measures")
-    assert entry["outcome"] == "pass"
-    (m,) = entry["metrics"]
-    assert m["unit"] == "s" and m["value"] >= 0.001
-    st = m["stats"]
-    assert st["n"] >= 4 and st["n"] == len(m["samples"]) and st["p25"] <= st["p75"]
-    assert st["ci"][0] <= m["value"] <= st["ci"][1]
-    assert any("FutureWarning" in n and "deprecated thing" in n for n in entry["notes"])
+    assert entry.outcome == "pass"
+    (m,) = entry.metrics
+    assert m.unit == "s" and m.value >= 0.001
+    st = m.stats
+    assert st["n"] >= 4 and st["n"] == len(m.samples) and st["p25"] <= st["p75"]
+    assert st["ci"][0] <= m.value <= st["ci"][1]
+    assert any("FutureWarning" in n and "deprecated thing" in n for n in entry.notes)
 
 
 @pytest.mark.distributed
 def test_worker_failure_becomes_an_error_with_worker_details():
     entry = run("launches_a_crashing_worker")
-    assert entry["outcome"] == "error"
-    assert entry["reason"] == "worker rank 0 raised OSError: worker could not start"
-    assert entry["details"]["workers"][0]["kind"] == "exception"
+    assert entry.outcome == "error"
+    assert entry.reason == "worker rank 0 raised OSError: worker could not start"
+    assert entry.details["workers"][0]["kind"] == "exception"
 
 
 class RecordingCluster:
@@ -148,43 +148,43 @@ def test_a_cases_workers_go_through_the_cluster_it_is_given():
     cluster = RecordingCluster()
     entry = runner.execute(demo.case("launches_two_workers"), "cpu", {}, "quick",
                            worker_setup=set_up_worker, cluster=cluster)
-    assert entry["outcome"] == "pass", entry["reason"]
+    assert entry.outcome == "pass", entry.reason
     (call,) = cluster.launches
     assert (call["fn"], call["nprocs"], call["args"], call["label"], call["timeout_s"]) == (
         where_it_ran, 2, ("hi",), "demo worker", 60)
     assert call["setup"] is set_up_worker  # the test's hook travels with the ranks
-    assert {r["pid"] for r in entry["details"]["ran"]} == {os.getpid()}  # the fake ran them
-    assert entry["placement"] == cluster.take_placements()
+    assert {r["pid"] for r in entry.details["ran"]} == {os.getpid()}  # the fake ran them
+    assert entry.placement == cluster.take_placements()
 
 
 def test_a_run_given_a_cluster_hands_it_to_every_case_and_lists_its_hosts(tmp_path):
     cluster = RecordingCluster()
     planned = runner.plan([demo], "quick", ["cpu"], only=["launches_two_workers", "passes"])
     _, doc = runner.run(planned, "quick", tmp_path, progress=lambda s: None, cluster=cluster)
-    assert doc["hosts"] == cluster.hosts()
-    assert [e["outcome"] for e in doc["results"]] == ["pass", "pass"]
+    assert doc.hosts == cluster.hosts()
+    assert [e.outcome for e in doc.results] == ["pass", "pass"]
     assert len(cluster.launches) == 1  # `passes` launches nothing
-    assert all(e["placement"] == cluster.take_placements() for e in doc["results"])
+    assert all(e.placement == cluster.take_placements() for e in doc.results)
 
 
 @pytest.mark.distributed
 def test_without_a_cluster_a_cases_workers_are_local_processes_set_up_by_the_hook():
     entry = runner.execute(demo.case("launches_two_workers"), "cpu", {}, "quick",
                            worker_setup=set_up_worker)
-    assert entry["outcome"] == "pass", entry["reason"]
-    ran = entry["details"]["ran"]
+    assert entry.outcome == "pass", entry.reason
+    ran = entry.details["ran"]
     assert [(r["rank"], r["world"], r["tag"], r["set_up"]) for r in ran] == [
         (0, 2, "hi", "yes"), (1, 2, "hi", "yes")]
     pids = {r["pid"] for r in ran}
     assert len(pids) == 2 and os.getpid() not in pids  # two spawned workers of this machine
-    assert "placement" not in entry
+    assert entry.placement is None and "placement" not in entry.to_json()
     assert "DEMO_SET_UP" not in os.environ  # the hook ran in the workers, not here
 
 
 def test_cuda_without_cuda_skips(monkeypatch):
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     entry = run("on_every_device", device="cuda")
-    assert entry["outcome"] == "skip" and "CUDA" in entry["reason"]
+    assert entry.outcome == "skip" and "CUDA" in entry.reason
 
 
 def test_plan_expands_devices_and_filters():
@@ -226,8 +226,8 @@ def test_interrupted_run_keeps_finished_cases(tmp_path):
         runner.run(planned, "quick", tmp_path, progress=lambda s: None)
     (path,) = tmp_path.rglob("*.json")
     doc = records.read_run(path)
-    assert doc["finished"] is None
-    assert [e["case"] for e in doc["results"]] == ["first"]
+    assert doc.finished is None
+    assert [e.case for e in doc.results] == ["first"]
 
 
 @demo.conformance(devices=("cpu",))
@@ -242,9 +242,9 @@ def writes_to_fd2(ctx: Context):
 def test_native_stderr_goes_into_the_record_not_the_terminal(capfd):
     entry = run("writes_to_fd2")
     assert "native library chatter" not in capfd.readouterr().err
-    assert entry["details"]["stderr"] == ["native library chatter"]
+    assert entry.details["stderr"] == ["native library chatter"]
     assert any(n.startswith("stderr (recorded, not shown): 3 lines, 1 distinct")
-               for n in entry["notes"])
+               for n in entry.notes)
 
 
 # --- performance checks on a contended machine -------------------------------------------------
@@ -272,38 +272,38 @@ def run_with(name, telemetry):
 
 def test_a_missed_performance_floor_under_contention_is_invalid():
     entry = run_with("misses_its_speedup_floor", BUSY)
-    assert entry["outcome"] == "invalid"
-    assert entry["reason"] == (
+    assert entry.outcome == "invalid"
+    assert entry.reason == (
         "measured contended (host busy: other processes used 98% of a core on average): "
         "1 of 2 checks failed, all performance: parallel at K=2: speedup 0.95x, floor 1.50x")
-    assert entry["checks"][1] == {"name": "parallel at K=2", "passed": False,
-                                  "detail": "speedup 0.95x, floor 1.50x", "performance": True}
-    assert "performance" not in entry["checks"][0]
+    assert entry.checks[1] == records.Check("parallel at K=2", False,
+                                            "speedup 0.95x, floor 1.50x", performance=True)
+    assert not entry.checks[0].performance
 
 
 def test_every_contention_reason_is_named():
     entry = run_with("misses_its_speedup_floor", FakeTelemetry(
         "heavy steal: the hypervisor took 25% of CPU time (limit 10%)",
         "gpu0 throttled: hw_thermal_slowdown"))
-    assert entry["outcome"] == "invalid"
-    assert entry["reason"].startswith("measured contended (heavy steal: the hypervisor took 25% "
+    assert entry.outcome == "invalid"
+    assert entry.reason.startswith("measured contended (heavy steal: the hypervisor took 25% "
                                        "of CPU time (limit 10%); gpu0 throttled: ")
 
 
 @pytest.mark.parametrize("telemetry", [FakeTelemetry(), None], ids=["valid", "no telemetry"])
 def test_a_missed_performance_floor_on_a_quiet_machine_fails(telemetry):
     entry = run_with("misses_its_speedup_floor", telemetry)
-    assert entry["outcome"] == "fail"
-    assert entry["reason"] == "1 of 2 checks failed: parallel at K=2: speedup 0.95x, floor 1.50x"
+    assert entry.outcome == "fail"
+    assert entry.reason == "1 of 2 checks failed: parallel at K=2: speedup 0.95x, floor 1.50x"
 
 
 def test_a_failed_correctness_check_fails_under_contention_too():
     entry = run_with("gives_a_wrong_result_and_misses_its_floor", BUSY)
-    assert entry["outcome"] == "fail"
-    assert entry["reason"].startswith("2 of 2 checks failed: returns the serial result")
+    assert entry.outcome == "fail"
+    assert entry.reason.startswith("2 of 2 checks failed: returns the serial result")
 
 
 def test_invalid_is_a_recorded_outcome(tmp_path):
     planned = runner.plan([demo], "quick", ["cpu"], case_filter="misses_its_speedup_floor")
     path, _ = runner.run(planned, "quick", tmp_path, telemetry=BUSY, progress=lambda s: None)
-    assert records.read_run(path)["results"][0]["outcome"] == "invalid"
+    assert records.read_run(path).results[0].outcome == "invalid"

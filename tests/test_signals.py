@@ -91,18 +91,18 @@ def test_signal_ends_the_case_and_marks_the_record(tmp_path, sig, status):
     assert (stop.signum, stop.exit_status) == (sig, status)
     assert "stoppable/sleeps" in stop.where
     doc = records.read_run(stop.path)
-    assert doc["interrupted"] is True and doc["finished"] is None
-    assert [e["case"] for e in doc["results"]] == ["first"]
-    (note,) = doc["notes"]
+    assert doc.interrupted is True and doc.finished is None
+    assert [e.case for e in doc.results] == ["first"]
+    (note,) = doc.notes
     assert signal.Signals(sig).name in note and "during stoppable/sleeps" in note
 
 
 def test_a_case_that_swallows_the_interrupt_still_ends_the_run(tmp_path):
     stop, _ = _run_until_interrupted(tmp_path, ["swallows", "never"], signal.SIGINT)
     doc = records.read_run(stop.path)
-    assert doc["interrupted"] is True
-    assert [e["case"] for e in doc["results"]] == ["swallows"]  # it finished, so it is kept
-    assert "after stoppable/swallows" in doc["notes"][0]
+    assert doc.interrupted is True
+    assert [e.case for e in doc.results] == ["swallows"]  # it finished, so it is kept
+    assert "after stoppable/swallows" in doc.notes[0]
 
 
 def test_run_outside_the_main_thread_leaves_signals_alone(tmp_path):
@@ -112,7 +112,7 @@ def test_run_outside_the_main_thread_leaves_signals_alone(tmp_path):
         doc=runner.run(planned, "quick", tmp_path, progress=lambda s: None)[1]))
     t.start()
     t.join(60)
-    assert out["doc"]["finished"] and out["doc"]["interrupted"] is False
+    assert out["doc"].finished and out["doc"].interrupted is False
 
 
 # --- the command, on real multi-process cases ------------------------------------------------
@@ -182,8 +182,8 @@ def test_signal_stops_a_multiprocess_run(tmp_path, sig, status, select):
         assert not _alive(tree), f"left running: {_alive(tree)} of {[p.pid for p in tree]}"
         (path,) = out.rglob("*.json")
         doc = records.read_run(path)
-        assert doc["interrupted"] is True
-        assert signal.Signals(sig).name in doc["notes"][-1]
+        assert doc.interrupted is True
+        assert signal.Signals(sig).name in doc.notes[-1]
         last = log.read_text().strip().splitlines()[-1]
         assert last.startswith("release-bench: run interrupted by") and str(path) in last
     finally:

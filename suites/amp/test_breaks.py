@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from harness.records import Result
 from harness.runner import execute
 from suites.amp import cases
 
@@ -22,16 +23,16 @@ LOW_PRECISION_LISTS = {"cpu": ("torch_16", "nn_16"),
                        "cuda": ("torch_fp16", "nn_fp16", "linalg_fp16", "methods_fp16")}
 
 
-def run(name: str, device: str = "cpu", params: dict | None = None) -> dict:
+def run(name: str, device: str = "cpu", params: dict | None = None) -> Result:
     case = cases.suite.case(name)
     return execute(case, device, params or case.param_sets("quick")[0], "quick")
 
 
-def failed(entry: dict) -> dict[str, str]:
-    return {c["name"]: c["detail"] for c in entry["checks"] if not c["passed"]}
+def failed(entry: Result) -> dict[str, str]:
+    return {c.name: c.detail for c in entry.checks if not c.passed}
 
 
-def run_op_lists(device: str, dtype: str, setup=None) -> dict:
+def run_op_lists(device: str, dtype: str, setup=None) -> Result:
     """The op-list case's result entry, `setup` having run in its worker."""
     return execute(cases.suite.case("autocast_op_lists"), device, {"dtype": dtype}, "quick",
                    worker_setup=setup)
@@ -113,7 +114,7 @@ def banned_op_allowed() -> None:
 def test_dtype_checks_fail_when_autocast_uses_the_wrong_dtype():
     res = run_op_lists("cpu", "bfloat16", setup=autocast_swaps_dtype)
     bad = failed(res)
-    rows = res["tables"]["per_op"]
+    rows = res.tables["per_op"]
     low = {r["check"] for r in rows if r["check"].split("/")[0] in LOW_PRECISION_LISTS["cpu"]}
     assert len(low) == 17
     # cat/stack get bfloat16 arguments meant for a bfloat16 region; in a float16 region
@@ -129,8 +130,8 @@ def test_dtype_checks_fail_when_autocast_uses_the_wrong_dtype():
 @pytest.mark.distributed
 def test_every_check_fails_when_autocast_is_a_noop():
     res = run_op_lists("cpu", "bfloat16", setup=autocast_noop)
-    assert res["checks"] and not any(c["passed"] for c in res["checks"])
-    assert all("autocast not enabled inside the region" in c["detail"] for c in res["checks"])
+    assert res.checks and not any(c.passed for c in res.checks)
+    assert all("autocast not enabled inside the region" in c.detail for c in res.checks)
 
 
 @pytest.mark.distributed
@@ -153,10 +154,10 @@ def test_variant_check_fails_when_tensor_method_disagrees():
 def test_missing_lists_skip_with_the_reason():
     entry = execute(cases.suite.case("autocast_op_lists"), "cpu", {"dtype": "bfloat16"},
                     "quick")
-    assert entry["outcome"] == "pass"
+    assert entry.outcome == "pass"
     broken = run_op_lists("cpu", "bfloat16", setup=lists_missing)
-    assert broken["outcome"] == "skip"
-    assert "autocast_test_lists does not import" in broken["reason"]
+    assert broken.outcome == "skip"
+    assert "autocast_test_lists does not import" in broken.reason
 
 
 @pytest.mark.gpu
@@ -165,7 +166,7 @@ def test_missing_lists_skip_with_the_reason():
 def test_cuda_dtype_checks_fail_when_autocast_uses_the_wrong_dtype(dtype):
     res = run_op_lists("cuda", dtype, setup=autocast_swaps_dtype)
     bad = failed(res)
-    low = {r["check"] for r in res["tables"]["per_op"]
+    low = {r["check"] for r in res.tables["per_op"]
            if r["check"].split("/")[0] in LOW_PRECISION_LISTS["cuda"] and r["outcome"] != "skip"}
     assert low and low <= set(bad), low - set(bad)
 
@@ -293,11 +294,11 @@ SCALER_BREAKS = {
 @pytest.mark.parametrize("name", list(SCALER_BREAKS))
 def test_grad_scaler_check_fails_when_broken(monkeypatch, name, device):
     patches, expected = SCALER_BREAKS[name]
-    assert run("grad_scaler", device)["outcome"] == "pass"
+    assert run("grad_scaler", device).outcome == "pass"
     for (owner, attr), value in patches.items():
         monkeypatch.setattr(owner, attr, value)
     entry = run("grad_scaler", device)
-    assert entry["outcome"] == "fail", entry["reason"]
+    assert entry.outcome == "fail", entry.reason
     assert set(failed(entry)) == expected, failed(entry)
 
 
@@ -317,7 +318,7 @@ def _float8_linear(real):
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_parity_check_fails_when_autocast_precision_is_too_low(monkeypatch, device):
-    assert run("accuracy_parity", device)["outcome"] == "pass"
+    assert run("accuracy_parity", device).outcome == "pass"
     monkeypatch.setattr(F, "linear", _float8_linear(F.linear))
     bad = failed(run("accuracy_parity", device))
     amp = cases.AMP_MODES[device]

@@ -103,10 +103,9 @@ def test_the_measured_peak_keeps_the_samples_of_the_size_that_reached_it():
     one size's TFLOP/s, and carries that size's samples."""
     entry = runner.execute(cases.suite.case("gemm_ladder"), "cpu", {}, "quick")
     for dtype in cases.GEMM_DTYPES["cpu"]:
-        peak = next(m for m in entry["metrics"] if m["name"] == "measured_peak_tflops"
-                    and m["labels"]["dtype"] == dtype)
-        sizes = [m for m in entry["metrics"] if m["name"] == "tflops"
-                 and m["labels"]["dtype"] == dtype]
-        top = max(sizes, key=lambda m: m["value"])
-        assert peak["value"] == pytest.approx(top["value"])
-        assert peak["samples"] == top["samples"] and peak["stats"]["n"] == top["stats"]["n"]
+        peak = next(m for m in entry.metrics if m.name == "measured_peak_tflops"
+                    and m.labels["dtype"] == dtype)
+        sizes = [m for m in entry.metrics if m.name == "tflops" and m.labels["dtype"] == dtype]
+        top = max(sizes, key=lambda m: m.value)
+        assert peak.value == pytest.approx(top.value)
+        assert peak.samples == top.samples and peak.count == top.count

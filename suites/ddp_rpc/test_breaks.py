@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from harness import launch
+from harness.records import Result
 from harness.runner import execute
 from suites.ddp_rpc import cases
 from suites.ddp_rpc.breaks import (
@@ -25,36 +26,36 @@ from suites.ddp_rpc.breaks import (
 pytestmark = pytest.mark.distributed
 
 
-def run(name: str, params: dict, setup=None) -> dict:
+def run(name: str, params: dict, setup=None) -> Result:
     """The case's result entry, `setup` having run in each of its workers."""
     return execute(cases.suite.case(name), "cpu", params, "quick", worker_setup=setup)
 
 
-def failed(entry: dict) -> set[str]:
-    return {c["name"] for c in entry["checks"] if not c["passed"]}
+def failed(entry: Result) -> set[str]:
+    return {c.name for c in entry.checks if not c.passed}
 
 
-def passed(entry: dict) -> set[str]:
-    return {c["name"] for c in entry["checks"] if c["passed"]}
+def passed(entry: Result) -> set[str]:
+    return {c.name for c in entry.checks if c.passed}
 
 
 def test_reference_checks_fail_without_ddp_allreduce():
     entry = run("matches_reference", {"ddp": "inside"}, ddp_allreduce_disabled)
-    assert entry["outcome"] == "fail", entry["reason"]
+    assert entry.outcome == "fail", entry.reason
     assert {"trainer replicas identical", "trainer 1 dense parameters match reference",
             "trainer 2 dense parameters match reference", "trainer 1 losses match reference",
-            "trainer 2 losses match reference"} <= failed(entry), entry["reason"]
+            "trainer 2 losses match reference"} <= failed(entry), entry.reason
 
 
 def test_reference_embedding_check_fails_when_rpc_output_detached():
     entry = run("matches_reference", {"ddp": "none"}, remote_output_detached)
-    assert entry["outcome"] == "fail", entry["reason"]
-    assert "embedding matches reference" in failed(entry), entry["reason"]
+    assert entry.outcome == "fail", entry.reason
+    assert "embedding matches reference" in failed(entry), entry.reason
 
 
 def test_mirrored_zero_check_fails_without_ddp_allreduce():
     entry = run("mirrored_pairs", {"ddp": "inside"}, ddp_allreduce_disabled)
-    assert "DDP gradients exactly zero" in failed(entry), entry["reason"]
+    assert "DDP gradients exactly zero" in failed(entry), entry.reason
     # The embedding still gets gradients; they stop being opposites once the unsynchronised
     # dense replicas differ (from the second step on).
     assert "embedding gradients non-zero" in passed(entry)
@@ -63,31 +64,31 @@ def test_mirrored_zero_check_fails_without_ddp_allreduce():
 def test_mirrored_embedding_checks_fail_when_rpc_output_detached():
     entry = run("mirrored_pairs", {"ddp": "outside"}, remote_output_detached)
     assert failed(entry) == {"embedding gradients non-zero",
-                             "trainers' embedding gradients exact opposites"}, entry["reason"]
+                             "trainers' embedding gradients exact opposites"}, entry.reason
 
 
 def test_local_grad_checks_fail_when_rpc_output_detached():
     entry = run("dist_grads_equal_local", {"ddp": "inside"}, remote_output_detached)
     assert failed(entry) == {f"trainer {r} embedding gradients equal local autograd"
-                             for r in (1, 2)}, entry["reason"]
+                             for r in (1, 2)}, entry.reason
 
 
 def test_local_grad_checks_fail_when_dist_backward_is_wrong():
     entry = run("dist_grads_equal_local", {"ddp": "inside"}, dist_backward_seed_doubled)
     assert failed(entry) == {f"trainer {r} {part} gradients equal local autograd"
-                             for r in (1, 2) for part in ("dense", "embedding")}, entry["reason"]
+                             for r in (1, 2) for part in ("dense", "embedding")}, entry.reason
 
 
 def test_fault_error_checks_fail_when_nobody_dies():
     entry = run("faults", {"victim": "trainer"}, kill_ignored)
     assert failed(entry) == {"error reports the dead rank killed",
-                             "survivors failed on their own"}, entry["reason"]
+                             "survivors failed on their own"}, entry.reason
 
 
 def test_survivor_check_fails_when_errors_are_swallowed(monkeypatch):
     monkeypatch.setattr(cases, "GRACE_S", 3.0)
     entry = run("faults", {"victim": "trainer"}, survivors_swallow_errors)
-    assert failed(entry) == {"survivors failed on their own"}, entry["reason"]
+    assert failed(entry) == {"survivors failed on their own"}, entry.reason
 
 
 def test_no_hang_check_fails_when_the_victim_hangs(monkeypatch):
@@ -95,7 +96,7 @@ def test_no_hang_check_fails_when_the_victim_hangs(monkeypatch):
     monkeypatch.setattr(cases, "FAULT_PG_TIMEOUT_S", 600.0)
     monkeypatch.setattr(cases, "FAULT_LAUNCH_TIMEOUT_S", 20.0)
     entry = run("faults", {"victim": "trainer"}, victim_hangs)
-    assert {"no hang", "error reports the dead rank killed"} <= failed(entry), entry["reason"]
+    assert {"no hang", "error reports the dead rank killed"} <= failed(entry), entry.reason
 
 
 def test_reaped_check_fails_when_the_launcher_does_not_reap(monkeypatch):
@@ -104,6 +105,6 @@ def test_reaped_check_fails_when_the_launcher_does_not_reap(monkeypatch):
     entry = run("faults", {"victim": "ps"}, survivors_swallow_errors)
     try:
         assert failed(entry) == {"every process reaped", "survivors failed on their own"}, \
-            entry["reason"]
+            entry.reason
     finally:
-        launch.kill_leftovers(entry["details"].get("pids", {}).values())
+        launch.kill_leftovers(entry.details.get("pids", {}).values())

@@ -7,6 +7,7 @@ import threading
 import pytest
 import torch
 
+from harness.records import Result
 from harness.runner import execute
 from suites.fork_wait import cases
 
@@ -38,19 +39,19 @@ def fresh_jit():
     torch.jit._state._jit_caching_layer.clear()
 
 
-def run(name: str, params: dict | None = None) -> dict:
+def run(name: str, params: dict | None = None) -> Result:
     case = cases.suite.case(name)
     return execute(case, "cpu", params or case.param_sets("quick")[0], "quick")
 
 
 @pytest.mark.parametrize("name", ["release_notes_example", "scripted_equals_serial"])
 def test_result_checks_fail_when_wait_loses_results(monkeypatch, fresh_jit, name):
-    assert run(name)["outcome"] == "pass"
+    assert run(name).outcome == "pass"
     monkeypatch.setattr(torch.jit, "wait", lost_wait)
     torch.jit._state._jit_caching_layer.clear()
     entry = run(name)
-    assert entry["outcome"] == "fail", entry["reason"]
-    assert any(not c["passed"] for c in entry["checks"])
+    assert entry.outcome == "fail", entry.reason
+    assert any(not c.passed for c in entry.checks)
 
 
 def test_eager_serial_check_fails_when_fork_is_threaded(monkeypatch):
@@ -59,8 +60,8 @@ def test_eager_serial_check_fails_when_fork_is_threaded(monkeypatch):
     # Future.wait releases it.
     monkeypatch.setattr(torch.jit, "wait", lambda fut: fut.wait())
     entry = run("eager_fork_is_serial")
-    assert entry["outcome"] == "fail"
-    failed = {c["name"] for c in entry["checks"] if not c["passed"]}
+    assert entry.outcome == "fail"
+    failed = {c.name for c in entry.checks if not c.passed}
     assert failed == {"future complete when fork returns", "ran on the calling thread"}
 
 
@@ -68,6 +69,6 @@ def test_eager_serial_check_fails_when_fork_is_threaded(monkeypatch):
 def test_scaling_check_fails_when_fork_runs_serially():
     case = cases.suite.case("scaling")
     entry = execute(case, "cpu", {"interop_threads": 2}, "quick", worker_setup=script_disabled)
-    parallel = [c for c in entry["checks"] if c["name"].startswith("parallel at")]
-    assert parallel and not any(c["passed"] for c in parallel), entry["checks"]
+    parallel = [c for c in entry.checks if c.name.startswith("parallel at")]
+    assert parallel and not any(c.passed for c in parallel), entry.checks
     assert case.kind == "benchmark"

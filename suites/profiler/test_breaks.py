@@ -20,6 +20,7 @@ import torch.autograd.profiler as autograd_profiler
 import torch.autograd.profiler_legacy as legacy_profiler
 from torch.autograd.profiler_util import FunctionEvent
 
+from harness.records import Result
 from harness.runner import execute
 from suites.profiler import cases
 
@@ -106,13 +107,13 @@ CASE_BREAKS = {
 # --- tests ----------------------------------------------------------------------------------
 
 
-def run(name: str, device: str) -> dict:
+def run(name: str, device: str) -> Result:
     case = cases.suite.case(name)
     return execute(case, device, case.param_sets("quick")[0], "quick")
 
 
-def failed(entry: dict) -> set[str]:
-    return {c["name"] for c in entry["checks"] if not c["passed"]}
+def failed(entry: Result) -> set[str]:
+    return {c.name for c in entry.checks if not c.passed}
 
 
 def _params():
@@ -132,14 +133,14 @@ def test_every_case_is_broken_somewhere() -> None:
 @pytest.mark.parametrize(("name", "device"), _params())
 def test_each_check_fails_under_a_break(monkeypatch, name: str, device: str) -> None:
     unbroken = run(name, device)
-    assert unbroken["outcome"] == "pass", unbroken["reason"]
-    checks = {c["name"] for c in unbroken["checks"]}
+    assert unbroken.outcome == "pass", unbroken.reason
+    checks = {c.name for c in unbroken.checks}
     caught: set[str] = set()
     for brk in CASE_BREAKS[name]:
         with monkeypatch.context() as mp:
             BREAKS[brk](mp)
             entry = run(name, device)
-        assert entry["outcome"] == "fail", f"{brk}: {entry['outcome']}: {entry['reason']}"
+        assert entry.outcome == "fail", f"{brk}: {entry.outcome}: {entry.reason}"
         caught |= failed(entry)
     assert caught == checks, f"never failed: {sorted(checks - caught)}"
 
@@ -147,7 +148,7 @@ def test_each_check_fails_under_a_break(monkeypatch, name: str, device: str) -> 
 def test_dropped_frees_fail_exactly_the_free_checks(monkeypatch) -> None:
     drop_frees(monkeypatch)
     entry = run("known_allocations", "cpu")
-    assert failed(entry) == {c["name"] for c in entry["checks"] if "frees" in c["name"]}
+    assert failed(entry) == {c.name for c in entry.checks if "frees" in c.name}
     assert len(failed(entry)) == 3  # one per API
 
 

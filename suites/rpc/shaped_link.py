@@ -29,10 +29,13 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from scipy import stats
+
+from harness import records
 
 KiB, MiB = 2**10, 2**20
 SLOPE_SIZES = (64 * KiB, 4 * MiB)  # the slope is fitted over payloads in this range
@@ -48,24 +51,26 @@ MTU, IP_TCP_HEADERS, ETHERNET_HEADER = 1500, 52, 14
 WIRE_PER_PAYLOAD = (MTU + ETHERNET_HEADER) / (MTU - IP_TCP_HEADERS)
 
 
-def load(path: Path) -> dict[str, Any]:
-    """A run record; for a folder, the results of every record under it."""
+def load(path: Path) -> records.Run:
+    """A run record; for a folder, its first record holding the results of every record
+    under it."""
     if path.is_dir():
         files = sorted(path.rglob("*.json"))
         if not files:
             raise ValueError(f"no run records under {path}")
-        return {"results": [e for f in files for e in json.loads(f.read_text())["results"]]}
-    return json.loads(path.read_text())
+        runs = [records.read_run(f) for f in files]
+        return replace(runs[0], results=tuple(e for run in runs for e in run.results))
+    return records.read_run(path)
 
 
-def p50s(run: dict[str, Any]) -> dict[tuple[str, int], float]:
+def p50s(run: records.Run) -> dict[tuple[str, int], float]:
     """(path, bytes) -> p50 round trip in seconds, from a run's rpc/round_trip case."""
     out = {}
-    for entry in run["results"]:
-        if entry["suite"] == "rpc" and entry["case"] == "round_trip":
-            for m in entry["metrics"]:
-                if m["name"] == "p50" and m.get("value") is not None:
-                    out[m["labels"]["path"], int(m["labels"]["bytes"])] = m["value"]
+    for entry in run.results:
+        if entry.case_id == "rpc/round_trip":
+            for m in entry.metrics:
+                if m.name == "p50" and m.value is not None:
+                    out[m.labels["path"], int(m.labels["bytes"])] = m.value
     return out
 
 
@@ -88,8 +93,8 @@ def expected_slope(rate_bps: float) -> float:
     return 2 * 8 * WIRE_PER_PAYLOAD / rate_bps
 
 
-def check(unshaped: dict[str, Any], shaped: dict[str, Any], rate_bps: float,
-          delayed: dict[str, Any] | None = None, delay_s: float = 0.0) -> dict[str, Any]:
+def check(unshaped: records.Run, shaped: records.Run, rate_bps: float,
+          delayed: records.Run | None = None, delay_s: float = 0.0) -> dict[str, Any]:
     """The rows of the check and whether each passed; `delayed` is a run over the link with
     `delay_s` added each way (netem), where the kernel has it."""
     before, after = p50s(unshaped), p50s(shaped)
@@ -118,10 +123,9 @@ def check(unshaped: dict[str, Any], shaped: dict[str, Any], rate_bps: float,
         rows += rows_d
         checks += checks_d
     for label, run in (("unshaped", unshaped), ("shaped", shaped)):
-        ref = [e for e in run["results"]
-               if e["suite"] == "ddp_rpc" and e["case"] == "matches_reference"]
+        ref = [e for e in run.results if e.case_id == "ddp_rpc/matches_reference"]
         checks.append((f"DDP+RPC matches its reference across hosts ({label})",
-                       bool(ref) and all(e["outcome"] == "pass" for e in ref)))
+                       bool(ref) and all(e.outcome == "pass" for e in ref)))
     return {"rate_bps": rate_bps, "rows": rows,
             "checks": [{"name": n, "passed": ok} for n, ok in checks]}
 
@@ -164,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs = [load(p) for p in (args.unshaped, args.shaped)]
         delayed = load(args.delayed) if args.delayed else None
         result = check(*runs, args.rate_mbit * 1e6, delayed, args.delay_ms / 1e3)
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, records.RecordError) as e:
         print(f"shaped_link: error: {e}", file=sys.stderr)
         return 2
     _print(result)

@@ -16,6 +16,7 @@ import torch
 from torch.distributed import rpc
 
 from harness import launch
+from harness.records import Result
 from harness.runner import execute
 from suites.rpc import cases
 
@@ -116,13 +117,13 @@ def async_execution_blocking() -> None:
     rpc.functions.async_execution = blocking
 
 
-def _broken(case_name: str, setup) -> dict:
+def _broken(case_name: str, setup) -> Result:
     """The case's result entry, `setup` having run in each of its workers."""
     return execute(cases.suite.case(case_name), "cpu", {}, "quick", worker_setup=setup)
 
 
-def _failed(entry: dict) -> set[str]:
-    return {c["name"] for c in entry["checks"] if not c["passed"]}
+def _failed(entry: Result) -> set[str]:
+    return {c.name for c in entry.checks if not c.passed}
 
 
 # Breaks under which every check of the case fails.
@@ -136,13 +137,13 @@ def _failed(entry: dict) -> set[str]:
         "handlers-block-threads"])
 def test_every_check_fails_under_its_break(case, breaks):
     entry = _broken(case, breaks)
-    assert entry["checks"] and _failed(entry) == {c["name"] for c in entry["checks"]}
+    assert entry.checks and _failed(entry) == {c.name for c in entry.checks}
 
 
 def test_timeout_checks_fail_when_timeouts_are_ignored():
     entry = _broken("rpc_timeout", timeouts_ignored)
-    assert len(entry["checks"]) == 4
-    assert _failed(entry) == {c["name"] for c in entry["checks"] if "raises within" in c["name"]}
+    assert len(entry.checks) == 4
+    assert _failed(entry) == {c.name for c in entry.checks if "raises within" in c.name}
 
 
 def test_peer_death_check_fails_when_rpc_hangs():
@@ -156,6 +157,6 @@ def test_reaping_check_fails_when_the_launcher_does_not_reap(monkeypatch):
     try:
         assert "every worker process is reaped" in _failed(entry)
     finally:  # the hung worker this test left running
-        launch.kill_leftovers(entry["details"]["pids"])
+        launch.kill_leftovers(entry.details["pids"])
 
 
