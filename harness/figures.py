@@ -3,8 +3,8 @@
 A suite declares its figures beside its metrics, in `suites/<name>/figures.py`:
 
     @suite.figure
-    def my_figure(entries: list[dict]) -> Figure | None:
-        ...                       # the run's entries of this suite, as in the record
+    def my_figure(entries: list[Result]) -> Figure | None:
+        ...                       # the run's results of this suite (harness.records.Result)
         return plot("What the figure shows", fig)
 
 A figure is a matplotlib plot (inlined in the page as SVG) or a table; None when the run holds
@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import matplotlib
+
+from harness.records import Metric, Result
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -64,84 +66,83 @@ def sig(value: Any, digits: int = SIGNIFICANT) -> Any:
     return value
 
 
-def metrics(entry: dict, name: str) -> list[dict]:
-    return [m for m in entry["metrics"] if m["name"] == name and m.get("value") is not None]
+def metrics(entry: Result, name: str) -> list[Metric]:
+    return [m for m in entry.metrics if m.name == name and m.value is not None]
 
 
-def runs_of(entries: list[dict], case: str, name: str) -> list[dict]:
+def runs_of(entries: list[Result], case: str, name: str) -> list[Result]:
     """The entries of case `case` that recorded the metric `name`."""
-    return [e for e in entries if e["case"] == case and metrics(e, name)]
+    return [e for e in entries if e.case == case and metrics(e, name)]
 
 
-def label_values(entry: dict, name: str, label: str) -> list[Any]:
+def label_values(entry: Result, name: str, label: str) -> list[Any]:
     """The distinct values of label `label` over the entry's metrics called `name`, sorted."""
-    return sorted({(m.get("labels") or {}).get(label) for m in metrics(entry, name)} - {None})
+    return sorted({m.labels.get(label) for m in metrics(entry, name)} - {None})
 
 
-def value(entry: dict, name: str) -> float | None:
+def value(entry: Result, name: str) -> float | None:
     """The value of the entry's metric `name` (one without labels), or None."""
     found = metrics(entry, name)
-    return found[0]["value"] if found else None
+    return found[0].value if found else None
 
 
-def by_label(entry: dict, name: str, label: str, **fixed: Any) -> dict[Any, dict]:
+def by_label(entry: Result, name: str, label: str, **fixed: Any) -> dict[Any, Metric]:
     """{value of label `label`: metric} for the metrics called `name` whose other labels
     include `fixed`. Version-1 records packed the label into the name (`name[label=value]`
     or `name[value]`); those are read too, their values as strings."""
-    out: dict[Any, dict] = {}
-    for m in entry["metrics"]:
-        if m.get("value") is None:
+    out: dict[Any, Metric] = {}
+    for m in entry.metrics:
+        if m.value is None:
             continue
-        labels = m.get("labels") or {}
-        if m["name"] == name and label in labels:
-            if all(labels.get(k) == v for k, v in fixed.items()):
-                out[labels[label]] = m
+        if m.name == name and label in m.labels:
+            if all(m.labels.get(k) == v for k, v in fixed.items()):
+                out[m.labels[label]] = m
         elif not fixed and (hit := re.fullmatch(
-                rf"{re.escape(name)}\[(?:{re.escape(label)}=)?(.+)\]", m["name"])):
+                rf"{re.escape(name)}\[(?:{re.escape(label)}=)?(.+)\]", m.name)):
             out[hit.group(1)] = m
     return out
 
 
-def interval(metric: dict) -> tuple[float, float] | None:
+def interval(metric: Metric) -> tuple[float, float] | None:
     """The metric's confidence interval, where the record has one."""
-    ci = (metric.get("stats") or {}).get("ci")
-    if not ci or ci[0] is None or ci[1] is None:
+    low, high = metric.interval
+    if low is None or high is None:
         return None
-    return float(ci[0]), float(ci[1])
+    return float(low), float(high)
 
 
-def error_bars(ms: list[dict], scale: float = 1.0) -> list[list[float]]:
+def error_bars(ms: list[Metric], scale: float = 1.0) -> list[list[float]]:
     """matplotlib's yerr/xerr ([below], [above]) for metrics `ms`; 0 where no interval."""
     below, above = [], []
     for m in ms:
         ci = interval(m)
-        v = m["value"]
+        v = m.value
         below.append(max(0.0, (v - ci[0]) * scale) if ci else 0.0)
         above.append(max(0.0, (ci[1] - v) * scale) if ci else 0.0)
     return [below, above]
 
 
-def with_interval(metric: dict | None, scale: float = 1.0) -> str:
+def with_interval(metric: Metric | None, scale: float = 1.0) -> str:
     """"1.18 [1.09, 1.27]": the value and its interval, to SIGNIFICANT digits."""
     if metric is None:
         return ""
-    text = sig(metric["value"] * scale)
+    text = sig(metric.value * scale)
     if ci := interval(metric):
         text += f" [{sig(ci[0] * scale)}, {sig(ci[1] * scale)}]"
     return text
 
 
-def line(ax: Any, entry: dict, name: str, x: str, *, scale: float = 1.0,
+def line(ax: Any, entry: Result, name: str, x: str, *, scale: float = 1.0,
          fixed: dict[str, Any] | None = None, **style: Any) -> None:
     """Draw the metrics called `name` against their numeric label `x` (the other labels as in
     `fixed`), times `scale`, with their intervals as error bars."""
     by_x = {float(k): m for k, m in by_label(entry, name, x, **(fixed or {})).items()}
     xs = sorted(by_x)
-    ax.errorbar(xs, [by_x[k]["value"] * scale for k in xs],
+    ax.errorbar(xs, [by_x[k].value * scale for k in xs],
                 yerr=error_bars([by_x[k] for k in xs], scale=scale), **style)
 
 
-def lines(ax: Any, entry: dict, name: str, x: str, by: str,
+def lines(ax: Any, entry: Result, name: str, x: str, by: str,
           style: Callable[[Any], dict[str, Any]], scale: float = 1.0) -> None:
     """One `line` per value of label `by`, styled by `style(value)`."""
     for v in label_values(entry, name, by):

@@ -31,9 +31,9 @@ KEY_FIGURES = 6  # figures a case's row shows, headline ones first
 TEMPLATES = Path(__file__).parent / "templates"
 
 
-def fig_telemetry(e: dict) -> figures.Figure | None:
+def fig_telemetry(e: records.Result) -> figures.Figure | None:
     """CPU (and GPU power and clock) over the case's time, where telemetry sampled it."""
-    tel = e.get("telemetry") or {}
+    tel = e.telemetry or {}
     s = tel.get("series") or {}
     if len(s.get("t_s", [])) < 3:
         return None
@@ -55,13 +55,13 @@ def fig_telemetry(e: dict) -> figures.Figure | None:
             ax3.set_ylabel("SM MHz", fontsize=7)
         ax2.set(xlabel="s")
         ax2.legend(fontsize=6)
-    fig.suptitle(f"{e['suite']}/{e['case']} [{param_id(e['params'])}]", fontsize=8)
-    return figures.plot(f"{e['suite']}/{e['case']}", fig)
+    fig.suptitle(f"{e.case_id} [{param_id(e.params)}]", fontsize=8)
+    return figures.plot(e.case_id, fig)
 
 
 # -- what the template shows ---------------------------------------------------------------
 
-FigureFn = Callable[[list[dict]], "figures.Figure | None"]
+FigureFn = Callable[[list[records.Result]], "figures.Figure | None"]
 
 
 def _suites() -> dict[str, tuple[str, str, list[FigureFn]]]:
@@ -92,28 +92,22 @@ def _cells(rows: list[dict[str, Any]], digits: int = 6) -> list[dict[str, Any]]:
             for r in rows]
 
 
-def _status(e: dict) -> str:
-    """A result's status under the expectations where its run was judged by them, else its
-    outcome."""
-    return (e.get("expected") or {}).get("status", e["outcome"])
-
-
-def _case_row(e: dict) -> dict[str, Any]:
-    tel = e.get("telemetry") or {}
-    exp = e.get("expected") or {}
-    return {"outcome": _status(e), "case": e["case"], "device": e.get("device"),
-            "params": param_id(e["params"]), "figures": key_figures(e, KEY_FIGURES),
-            "reason": e["reason"], "invalid": "; ".join(tel.get("invalid_reasons", [])),
+def _case_row(e: records.Result) -> dict[str, Any]:
+    tel = e.telemetry or {}
+    exp = e.expected or {}
+    return {"outcome": e.status, "case": e.case, "device": e.device,
+            "params": param_id(e.params), "figures": key_figures(e, KEY_FIGURES),
+            "reason": e.reason, "invalid": "; ".join(tel.get("invalid_reasons", [])),
             "issue": exp.get("issue", ""), "expected_why": exp.get("why", ""),
             "rates": "; ".join(exp.get("rates", []))}
 
 
-def _suite_view(anchor: str, name: str, entries: list[dict],
+def _suite_view(anchor: str, name: str, entries: list[records.Result],
                 known: dict[str, tuple[str, str, list[FigureFn]]]) -> dict[str, Any]:
     feature, status, figure_fns = known.get(name, (name, "?", []))
-    conformance = Counter(e["outcome"] for e in entries if e.get("kind") == "conformance")
-    benchmark = Counter(e["outcome"] for e in entries if e.get("kind") == "benchmark")
-    statuses = Counter(_status(e) for e in entries)
+    conformance = Counter(e.outcome for e in entries if e.kind == "conformance")
+    benchmark = Counter(e.outcome for e in entries if e.kind == "benchmark")
+    statuses = Counter(e.status for e in entries)
     # a failure the expectations excuse is shown as such, and does not fail the suite
     bad = sum(statuses[s] for s in ("fail", "error", "unexpected-fail", "unexpected-pass"))
     made = [fn(entries) for fn in figure_fns]
@@ -125,32 +119,30 @@ def _suite_view(anchor: str, name: str, entries: list[dict],
         "expected_fails": statuses["expected-fail"],
         "figures": [_safe(f) for f in made if f is not None and not f.empty],
         "cases": [_case_row(e) for e in entries],
-        "tables": [{"case": e["case"], "device": e.get("device"),
-                    "params": param_id(e["params"]), "name": t,
-                    "rows": _cells(e["tables"].get(t, []))}
-                   for e in entries for t in e.get("shown_tables", [])],
-        "notes": [{"case": e["case"], "text": "; ".join(notes)} for e in entries
-                  if (notes := [n for n in e.get("notes", [])
-                                if "recorded, not shown" not in n])],
+        "tables": [{"case": e.case, "device": e.device, "params": param_id(e.params),
+                    "name": t, "rows": _cells(e.tables.get(t, []))}
+                   for e in entries for t in e.shown_tables],
+        "notes": [{"case": e.case, "text": "; ".join(notes)} for e in entries
+                  if (notes := [n for n in e.notes if "recorded, not shown" not in n])],
     }
 
 
-def _run_view(i: int, run: dict, known: dict) -> dict[str, Any]:
+def _run_view(i: int, run: records.Run, known: dict) -> dict[str, Any]:
     anchor = f"run{i}"
-    by_suite: dict[str, list[dict]] = defaultdict(list)
-    for e in run["results"]:
-        by_suite[e["suite"]].append(e)
-    m = run["machine"]
+    by_suite: dict[str, list[records.Result]] = defaultdict(list)
+    for e in run.results:
+        by_suite[e.suite].append(e)
+    m = run.machine
     cpu, torch_info = m.get("cpu", {}), m.get("torch", {})
-    tel = run.get("telemetry")
+    tel = run.telemetry
     return {
-        "anchor": anchor, "machine": m, "started": run["started"], "profile": run["profile"],
-        "finished": run["finished"], "result_count": len(run["results"]),
-        "hosts": run.get("hosts", []),
+        "anchor": anchor, "machine": m, "started": run.started, "profile": run.profile,
+        "finished": run.finished, "result_count": len(run.results),
+        "hosts": run.hosts or [],
         "suites": [_suite_view(anchor, name, entries, known)
                    for name, entries in by_suite.items()],
         "telemetry_sources": json.dumps(tel, indent=1) if tel else "not recorded",
-        "telemetry_series": [_safe(f) for e in run["results"] if (f := fig_telemetry(e))],
+        "telemetry_series": [_safe(f) for e in run.results if (f := fig_telemetry(e))],
         "cpu_model": cpu.get("model"), "cores": cpu.get("logical_cores"),
         "cpu_flags": ", ".join(f for f, on in cpu.get("flags", {}).items() if on),
         "gpus": ", ".join(g["name"] for g in m.get("gpus", [])) or "none",
@@ -166,7 +158,7 @@ def _templates() -> jinja2.Environment:
                               lstrip_blocks=True)
 
 
-def build(runs: list[dict], title: str = "torch-release-bench report") -> str:
+def build(runs: list[records.Run], title: str = "torch-release-bench report") -> str:
     """The page for `runs` (which it leaves as they are)."""
     known = _suites()
     return _templates().get_template("report.html.j2").render(
@@ -196,8 +188,8 @@ def _matrix_view(record: dict) -> dict[str, Any]:
             row = rows.setdefault(key, {"case": h["case"], "metric": h["metric"], "cells": {}})
             v = verdicts.get((lb, *key))
             row["cells"][lb] = {
-                "text": fmt_metric({"value": h["value"], "unit": h["unit"],
-                                    "stats": {"ci": h["ci"]}}),
+                "text": fmt_metric(records.Metric(h["name"], h["value"], h["unit"],
+                                                  stats={"ci": h["ci"]})),
                 "verdict": v["verdict"] if v else "",
                 "factor": (f"{v['factor']:.3g}x" + (
                     f" [{v['interval'][0]:.3g}, {v['interval'][1]:.3g}]"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from harness.cases import metric_id, param_id
+from harness.records import Metric, Result, Run
 
 _SCALE = {
     "s": [(1, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")],
@@ -37,35 +39,35 @@ def fmt_rate(k: int, n: int, low: float, high: float) -> str:
     return f"{k}/{n} [{fmt_percent(low)}, {fmt_percent(high)}]"
 
 
-def fmt_metric(m: dict[str, Any]) -> str:
+def fmt_metric(m: Metric) -> str:
     """A metric's value with its confidence interval where the record has one:
     '1.32x [1.25, 1.40]', '360 us [352 us, 371 us]'; a rate of trials as '2/20 [1.2%, 32%]'."""
-    ci = (m.get("stats") or {}).get("ci")
-    if m.get("kind") == "rate" and m.get("value") is not None and ci and None not in ci:
-        n = (m.get("stats") or {}).get("n", 0)
-        return fmt_rate(round(m["value"] * n), n, *ci)
-    text = fmt_value(m.get("value"), m["unit"])
-    if ci and None not in ci:
-        text += f" [{fmt_value(ci[0], m['unit'])}, {fmt_value(ci[1], m['unit'])}]"
+    low, high = m.interval
+    has_ci = low is not None and high is not None
+    if m.kind == "rate" and m.value is not None and has_ci:
+        return fmt_rate(round(m.value * m.count), m.count, low, high)
+    text = fmt_value(m.value, m.unit)
+    if has_ci:
+        text += f" [{fmt_value(low, m.unit)}, {fmt_value(high, m.unit)}]"
     return text
 
 
-def headline_first(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def headline_first(metrics: Sequence[Metric]) -> list[Metric]:
     """Metrics with the headline ones first (a stable sort keeps the recorded order)."""
-    return sorted(metrics, key=lambda m: not m.get("headline", False))
+    return sorted(metrics, key=lambda m: not m.headline)
 
 
-def key_figures(entry: dict[str, Any], limit: int = 4) -> str:
+def key_figures(entry: Result, limit: int = 4) -> str:
     """The checks passed and the first `limit` metrics, headline ones first, in one line."""
-    metrics = headline_first(entry["metrics"])
-    shown = [f"{metric_id(m['name'], m.get('labels'))}={fmt_metric(m)}"
-             for m in metrics[:limit]]
-    more = len(entry["metrics"]) - limit
+    metrics = headline_first(entry.metrics)
+    # metric_id, not str(m.key): the labels in the order the case recorded them
+    shown = [f"{metric_id(m.name, m.labels)}={fmt_metric(m)}" for m in metrics[:limit]]
+    more = len(entry.metrics) - limit
     if more > 0:
         shown.append(f"+{more} more")
-    if entry.get("checks"):
-        passed = sum(c["passed"] for c in entry["checks"])
-        shown.insert(0, f"checks {passed}/{len(entry['checks'])}")
+    if entry.checks:
+        passed = sum(c.passed for c in entry.checks)
+        shown.insert(0, f"checks {passed}/{len(entry.checks)}")
     return ", ".join(shown)
 
 
@@ -97,20 +99,20 @@ def _cell(v: Any) -> str:
 EXPECTATION_STATUSES = ("expected-fail", "unexpected-fail", "unexpected-pass")
 
 
-def shown_outcome(e: dict[str, Any]) -> str:
+def shown_outcome(e: Result) -> str:
     """A result's outcome as a person should read it: its status under the expectations
     where the run was judged by them (`expected-fail`, `UNEXPECTED-FAIL`, ...), else the
     outcome, failures in capitals."""
-    status = (e.get("expected") or {}).get("status", e["outcome"])
+    status = e.status
     if status == "expected-fail":
         return status
     return status.upper() if status in ("fail", "error", "unexpected-fail",
                                         "unexpected-pass") else status
 
 
-def _expected_note(e: dict[str, Any]) -> str:
+def _expected_note(e: Result) -> str:
     """The issue an expected failure is tracked by, or why a result was unexpected."""
-    exp = e.get("expected") or {}
+    exp = e.expected or {}
     if exp.get("status") == "expected-fail":
         return f"expected: {exp.get('issue', '')}"
     return exp.get("why", "") if exp.get("status") in ("unexpected-fail",
@@ -125,36 +127,34 @@ def _crossed(placement: dict[str, str]) -> str:
     return "ranks " + "; ".join(f"{','.join(r)} on {n}" for n, r in by_node.items())
 
 
-def run_summary(run: dict[str, Any], tables: bool = True) -> str:
-    m = run["machine"]
-    torch_info = m.get("torch", {})
+def run_summary(run: Run, tables: bool = True) -> str:
+    torch_info = run.machine.get("torch", {})
     lines = [
-        f"run {run['started']} profile={run['profile']} machine={m['name']} "
-        f"torch={torch_info.get('version')} finished={run['finished'] or 'no (interrupted)'}",
-        *[n for n in run.get("notes", []) if n.startswith("interrupted by")],
+        f"run {run.started} profile={run.profile} machine={run.machine_name} "
+        f"torch={torch_info.get('version')} finished={run.finished or 'no (interrupted)'}",
+        *[n for n in run.notes if n.startswith("interrupted by")],
         *[f"host node {h['node']}: {h['hostname']} {h['addr']} ({h['iface']}), "
-          f"{h['machine'].get('name', '?')}" for h in run.get("hosts", [])],
+          f"{h['machine'].get('name', '?')}" for h in run.hosts or []],
     ]
     rows = [["outcome", "case", "device", "params", "figures", "reason / flags"]]
-    for e in run["results"]:
+    for e in run.results:
         flags = []
-        tel = e.get("telemetry") or {}
-        if tel.get("valid") is False and e["outcome"] != "invalid":  # else its reason says so
-            flags.append("INVALID: " + "; ".join(tel.get("invalid_reasons", [])))
-        flags += [_crossed(p) for p in e.get("placement", [])]
+        if not e.valid and e.outcome != "invalid":  # else its reason says so
+            flags.append("INVALID: " + "; ".join(e.telemetry.get("invalid_reasons", [])))
+        flags += [_crossed(p) for p in e.placement or []]
         rows.append([
             shown_outcome(e),
-            f"{e['suite']}/{e['case']}",
-            e.get("device", ""),
-            param_id(e["params"]),
+            e.case_id,
+            e.device,
+            param_id(e.params),
             key_figures(e),
-            "; ".join(filter(None, [_expected_note(e), e["reason"], *flags])),
+            "; ".join(filter(None, [_expected_note(e), e.reason, *flags])),
         ])
     lines.append(_rows_to_text(rows))
-    counts = Counter(e["outcome"] for e in run["results"])
+    counts = Counter(e.outcome for e in run.results)
     lines.append("totals: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in
                                         ("pass", "fail", "error", "skip", "invalid")))
-    if judged := run.get("expectations"):
+    if judged := run.judgement:
         lines.append(f"expectations ({judged['source']}): " + ", ".join(
             f"{n} {s}" for s, n in judged["counts"].items() if n and s in EXPECTATION_STATUSES)
             + ("" if any(judged["counts"].get(s) for s in EXPECTATION_STATUSES) else "none apply"))
@@ -162,9 +162,8 @@ def run_summary(run: dict[str, Any], tables: bool = True) -> str:
         lines.append(f"{counts['invalid']} invalid: only performance checks failed, on a machine "
                      "telemetry found contended; not failures, rerun them on a quiet machine")
     if tables:
-        for e in run["results"]:
-            for name in e.get("shown_tables", []):
-                lines.append(f"\n{e['suite']}/{e['case']} [{e.get('device', '')} "
-                             f"{param_id(e['params'])}]: {name}")
-                lines.append(table_text(e["tables"][name]))
+        for e in run.results:
+            for name in e.shown_tables:
+                lines.append(f"\n{e.case_id} [{e.device} {param_id(e.params)}]: {name}")
+                lines.append(table_text(e.tables[name]))
     return "\n".join(lines)

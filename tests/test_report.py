@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 import subprocess
 import sys
@@ -71,7 +72,7 @@ def test_every_suite_declares_figures_and_each_draws_from_a_real_run():
     for name in registry.suite_names():
         fns = registry.figures(name)
         assert fns, f"suite {name} declares no report figure"
-        entries = [e for e in run["results"] if e["suite"] == name]
+        entries = [e for e in run.results if e.suite == name]
         assert entries, f"the reference run has no {name} results"
         for fn in fns:
             fig = fn(entries)
@@ -82,10 +83,9 @@ def test_every_suite_declares_figures_and_each_draws_from_a_real_run():
 
 def test_a_figure_comes_out_empty_when_its_metric_is_renamed():
     run = records.read_run(REFERENCE)
-    entries = [copy.deepcopy(e) for e in run["results"] if e["suite"] == "fork_wait"]
-    for e in entries:
-        for m in e["metrics"]:
-            m["name"] = m["name"].replace("speedup", "speed_up")
+    entries = [dataclasses.replace(e, metrics=tuple(
+        dataclasses.replace(m, name=m.name.replace("speedup", "speed_up")) for m in e.metrics))
+        for e in run.results if e.suite == "fork_wait"]
     (scaling,) = [f for f in registry.figures("fork_wait") if f.__name__ == "scaling"]
     assert scaling(entries) is None  # which the test above reports as an empty figure
 
@@ -93,8 +93,9 @@ def test_a_figure_comes_out_empty_when_its_metric_is_renamed():
 def test_build_leaves_the_runs_alone_and_escapes_what_they_say():
     run = records.read_run(REFERENCE)
     hostile = "rpc'><script>alert(1)</script>"
-    run["results"][0]["suite"] = hostile
-    run["results"][0]["reason"] = "<b>not bold</b>"
+    first = dataclasses.replace(run.results[0], suite=hostile, reason="<b>not bold</b>")
+    run = dataclasses.replace(run, results=(first, *run.results[1:]))
+    # the records are frozen, but what they hold (tables, telemetry, machine) is not
     before = copy.deepcopy(run)
     html = report.build([run])
     assert run == before
@@ -104,7 +105,7 @@ def test_build_leaves_the_runs_alone_and_escapes_what_they_say():
 
 def test_numbers_carry_three_significant_figures():
     assert figures.sig(0.000123456) == "0.000123" and figures.sig(1234.5678) == "1.23e+03"
-    m = {"value": 1.18321, "stats": {"ci": [1.0912, 1.2734]}}
+    m = records.Metric("speedup", 1.18321, "x", stats={"ci": [1.0912, 1.2734]})
     assert figures.with_interval(m) == "1.18 [1.09, 1.27]"
 
 
@@ -115,7 +116,7 @@ def test_every_suite_figure_in_a_real_browser(tmp_path):
     page = visit(page_file.as_uri(), "report", count=("svg", "table", "h3"))
     assert page.console_errors == []
     run = records.read_run(REFERENCE)
-    made = [fn([e for e in run["results"] if e["suite"] == name])
+    made = [fn([e for e in run.results if e.suite == name])
             for name in registry.suite_names() for fn in registry.figures(name)]
     for fig in made:
         assert fig.title in page.text, fig.title

@@ -4,6 +4,7 @@ what profiling costs."""
 from __future__ import annotations
 
 from harness.figures import Figure, metrics, table, with_interval
+from harness.records import Result
 from suites.profiler.cases import suite
 
 ACCURACY = {"known_allocations": "max_abs_error", "peak_memory": "peak_abs_error",
@@ -11,24 +12,22 @@ ACCURACY = {"known_allocations": "max_abs_error", "peak_memory": "peak_abs_error
 
 
 @suite.figure
-def accuracy(entries: list[dict]) -> Figure | None:
+def accuracy(entries: list[Result]) -> Figure | None:
     """Each API's error against the known truth: allocations, peaks and region times."""
     rows = []
     for e in entries:
-        name = ACCURACY.get(e["case"])
+        name = ACCURACY.get(e.case)
         for m in metrics(e, name) if name else []:
-            labels = m.get("labels") or {}
-            rows.append({"case": e["case"], "api": labels.get("api"),
-                         "of": labels.get("program") or labels.get("region") or "",
-                         "error": with_interval(m), "unit": m.get("unit"),
-                         "outcome": e["outcome"]})
+            rows.append({"case": e.case, "api": m.labels.get("api"),
+                         "of": m.labels.get("program") or m.labels.get("region") or "",
+                         "error": with_interval(m), "unit": m.unit, "outcome": e.outcome})
     return table("Profiler figures against the truth", rows) if rows else None
 
 
 @suite.figure
-def overhead(entries: list[dict]) -> Figure | None:
+def overhead(entries: list[Result]) -> Figure | None:
     """The step time under each profiling mode, over the unprofiled step."""
-    rows = [{"mode": (m.get("labels") or {}).get("mode"), "overhead [interval]":
-             with_interval(m), "unit": m.get("unit")}
-            for e in entries if e["case"] == "overhead" for m in metrics(e, "overhead")]
+    rows = [{"mode": m.labels.get("mode"), "overhead [interval]": with_interval(m),
+             "unit": m.unit}
+            for e in entries if e.case == "overhead" for m in metrics(e, "overhead")]
     return table("Profiling overhead", rows) if rows else None

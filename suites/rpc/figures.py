@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harness.figures import Figure, lines, plot, runs_of, subplots
+from harness.records import Result
 from suites.rpc.cases import suite
 
 FLOORS = ("tcp", "tcp@shm", "tcp@uv")  # the TCP floors measured beside each launch
@@ -16,7 +17,7 @@ def _path_style(path: str) -> dict:
 
 
 @suite.figure
-def round_trip(entries: list[dict]) -> Figure | None:
+def round_trip(entries: list[Result]) -> Figure | None:
     """Round-trip p50 (us, with its interval) against payload, log-log, one line per path;
     the TCP floor dashed."""
     runs = runs_of(entries, "round_trip", "p50")
@@ -28,5 +29,5 @@ def round_trip(entries: list[dict]) -> Figure | None:
     ax.set(xscale="log", yscale="log", xlabel="payload (bytes)", ylabel="round trip p50 (us)")
     ax.grid(alpha=.3, which="both")
     ax.legend(fontsize=7)
-    devices = ", ".join(sorted({e.get("device", "") for e in runs}))
+    devices = ", ".join(sorted({e.device for e in runs}))
     return plot(f"RPC round trip against payload [{devices}]", fig)
