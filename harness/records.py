@@ -367,13 +367,6 @@ class Run:
             d["ab"] = self.ab
         return d | self.extra
 
-    # presenting
-    @property
-    def judgement(self) -> dict[str, Any] | None:
-        """What judging it under the expectations file found (its source and a count per
-        status, harness.expectations.RunJudgement.to_json), or None where it was not judged."""
-        return self.extra.get("expectations")
-
 
 def _path_aliases() -> list[tuple[str, str]]:
     """This machine's directories, longest first, and what records say instead."""

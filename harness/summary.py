@@ -154,7 +154,7 @@ def run_summary(run: Run, tables: bool = True) -> str:
     counts = Counter(e.outcome for e in run.results)
     lines.append("totals: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in
                                         ("pass", "fail", "error", "skip", "invalid")))
-    if judged := run.judgement:
+    if judged := run.expectations:
         lines.append(f"expectations ({judged['source']}): " + ", ".join(
             f"{n} {s}" for s, n in judged["counts"].items() if n and s in EXPECTATION_STATUSES)
             + ("" if any(judged["counts"].get(s) for s in EXPECTATION_STATUSES) else "none apply"))
