@@ -12,10 +12,16 @@ A `Suite` holds three kinds of definitions:
 
 Parameters are lists of dicts per profile (`quick`, `full`), optionally per device as well
 (`"quick:cuda"` takes precedence over `"quick"` on CUDA); `grid()` builds products.
+
+Settings are what a case runs with besides its parameters, and that change with the profile:
+payload sizes, a sampling plan, launch timeouts, steps, repeats. A case declares them with
+itself (`settings=`, see `Settings`) and reads them from `ctx.settings`; the harness checks
+that every profile declares the same names, and `list` and `run --dry-run` print them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +32,9 @@ if TYPE_CHECKING:  # imported where used, so that the CLI can start (and explain
 
 Params = dict[str, Any]
 ParamSpec = Sequence[Params] | Mapping[str, Sequence[Params]]
+# A case's settings by profile: {"quick": {"sizes": (4, 64), "timeout_s": 240.0}, "full": ...};
+# "quick:cuda" overrides some of quick's values on CUDA. See `Settings`.
+SettingsSpec = Mapping[str, Mapping[str, Any]]
 PROFILES = ("quick", "full")
 DEVICES = ("cpu", "cuda")
 
@@ -45,6 +54,87 @@ def grid(**axes: Sequence[Any]) -> list[Params]:
 
 def param_id(params: Params) -> str:
     return "-".join(f"{k}={v}" for k, v in params.items()) or "default"
+
+
+class SettingsError(ValueError):
+    """A settings declaration that does not give every profile the same names."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a case runs with in each profile besides its parameter sets, declared with it:
+
+        @suite.benchmark(settings={
+            "quick": {"sizes": (4, 65536), "launch_timeout_s": 240.0},
+            "full": {"sizes": (4, 64, 1024, 65536), "launch_timeout_s": 900.0},
+            "full:cuda": {"sizes": (4, 65536, 2**20)},  # only what differs on CUDA
+        })
+        def round_trip(ctx):
+            sizes = ctx.settings["sizes"]
+
+    Every profile of PROFILES declares the same names; a "<profile>:<device>" entry replaces
+    some of its profile's values on that device. Parameters are what a run is repeated over
+    (one result entry each); settings are how each of those runs is done. Values should be
+    immutable (tuples, frozen dataclasses): every run of the case shares them.
+    """
+
+    by_profile: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def declare(cls, spec: SettingsSpec | None, owner: str) -> Settings:
+        """`spec` checked: each profile present, with the same names; device entries only
+        replacing names of their profile."""
+        spec = {k: dict(v) for k, v in (spec or {}).items()}
+        if not spec:
+            return cls()
+        for key in spec:
+            profile, _, device = key.partition(":")
+            if profile not in PROFILES or (":" in key and device not in DEVICES):
+                raise SettingsError(f"{owner}: settings key {key!r} is not a profile "
+                                    f"({', '.join(PROFILES)}), optionally ':<device>'")
+        if missing := [p for p in PROFILES if p not in spec]:
+            raise SettingsError(f"{owner}: settings for profile {missing[0]!r} missing")
+        names = list(spec[PROFILES[0]])
+        for key, values in spec.items():
+            profile = key.partition(":")[0]
+            extra = set(values) - set(names)
+            if extra or (profile == key and set(values) != set(names)):
+                odd = sorted(extra or set(names) - set(values))
+                raise SettingsError(f"{owner}: settings {key!r} differ from "
+                                    f"{PROFILES[0]!r}'s names in {', '.join(odd)}")
+        return cls(spec)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.by_profile.get(PROFILES[0], {}))
+
+    def for_run(self, profile: str, device: str = "cpu") -> dict[str, Any]:
+        """The values for `profile` on `device` (a device entry over its profile's)."""
+        if not self.by_profile:
+            return {}
+        if profile not in self.by_profile:
+            raise KeyError(f"no settings for profile {profile!r}")
+        kind = device.partition(":")[0]
+        return {**self.by_profile[profile], **self.by_profile.get(f"{profile}:{kind}", {})}
+
+
+def describe(value: Any) -> str:
+    """A setting's value as `list` and `run --dry-run` print it."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(map(describe, value)) + ")"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(describe, value)) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {describe(v)}" for k, v in value.items()) + "}"
+    if dataclasses.is_dataclass(value) and type(value).__str__ is object.__str__:
+        fields = ", ".join(f"{f.name}={describe(getattr(value, f.name))}"
+                           for f in dataclasses.fields(value))
+        return f"{type(value).__name__}({fields})"
+    return str(value)
 
 
 @dataclass
@@ -120,6 +210,9 @@ class Context:
     details: dict[str, Any] = field(default_factory=dict)
     shown_tables: list[str] = field(default_factory=list)
     iterations: int = 0  # calls timed in this process, for telemetry's energy per iteration
+    # the case's declared settings for this profile and device (Case.settings_for): what it
+    # reads instead of keeping tables by profile
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def min_run_time(self) -> float:
@@ -248,9 +341,34 @@ class Case:
     needs: tuple[str, ...]  # besides the device: "distributed", "torchvision", ...
     sampled: bool = True  # whether the runner samples telemetry around it
     options: tuple[str, ...] = ()  # parameters it reads when given, beyond its sets' keys
+    settings: Settings = Settings()  # what it runs with in each profile (ctx.settings)
 
     def param_sets(self, profile: str, device: str = "cpu") -> list[Params]:
         return _param_sets(self.params, profile, device)
+
+    def settings_for(self, profile: str, device: str = "cpu") -> dict[str, Any]:
+        return self.settings.for_run(profile, device)
+
+    def describe_settings(self, profile: str, devices: Sequence[str] | None = None) -> list[str]:
+        """One line per setting in `profile`, "name = value"; a value that differs between
+        `devices` (default: the case's) gets a line per device, "name on cuda = value"."""
+        by_device = {d: self.settings_for(profile, d) for d in devices or self.devices}
+        return _per_device_lines(self.settings.names, {
+            d: {name: describe(v[name]) for name in v} for d, v in by_device.items()})
+
+    def describe_params(self, profile: str, devices: Sequence[str] | None = None) -> list[str]:
+        """One line per parameter in `profile`: the values its sets take, "name in a, b";
+        per device where the devices' sets differ."""
+        by_device = {}
+        for d in devices or self.devices:
+            values: dict[str, list[str]] = {}
+            for p in self.param_sets(profile, d):
+                for k, v in p.items():
+                    if describe(v) not in values.setdefault(k, []):
+                        values[k].append(describe(v))
+            by_device[d] = {k: ", ".join(v) for k, v in values.items()}
+        names = list(dict.fromkeys(k for v in by_device.values() for k in v))
+        return _per_device_lines(names, by_device, " in ")
 
     @property
     def id(self) -> str:
@@ -271,6 +389,20 @@ class Workload:
 
     def param_sets(self, profile: str, device: str = "cpu") -> list[Params]:
         return _param_sets(self.params, profile, device)
+
+
+def _per_device_lines(names: Sequence[str], shown: Mapping[str, Mapping[str, str]],
+                      sep: str = " = ") -> list[str]:
+    """"name = value" for each name; "name on <device> = value" for each device where the
+    devices' values differ ("-" where a device has none)."""
+    lines = []
+    for name in names:
+        values = {d: v.get(name, "-") for d, v in shown.items()}
+        if len(set(values.values())) == 1:
+            lines.append(f"{name}{sep}{next(iter(values.values()))}")
+        else:
+            lines += [f"{name} on {d}{sep}{v}" for d, v in values.items()]
+    return lines
 
 
 def _param_sets(spec: ParamSpec, profile: str, device: str) -> list[Params]:
@@ -305,29 +437,36 @@ class Suite:
         return func
 
     def _case(self, kind: str, params: ParamSpec, devices: Sequence[str], needs: Sequence[str],
-              sampled: bool = True, options: Sequence[str] = ()):
+              sampled: bool = True, options: Sequence[str] = (),
+              settings: SettingsSpec | None = None):
         def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
+            declared = Settings.declare(settings, f"{self.name}/{func.__name__}")
             self.cases.append(
                 Case(self.name, func.__name__, kind, func, _first_line(func),
-                     params or [{}], tuple(devices), tuple(needs), sampled, tuple(options))
+                     params or [{}], tuple(devices), tuple(needs), sampled, tuple(options),
+                     declared)
             )
             return func
 
         return register
 
     def conformance(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
-                    needs: Sequence[str] = ()):
+                    needs: Sequence[str] = (), settings: SettingsSpec | None = None):
         """Decorator: register a conformance case (named after the function). An upstream
-        defect it is known to catch is an entry of `expectations.toml`, not part of the case."""
-        return self._case("conformance", params, devices, needs)
+        defect it is known to catch is an entry of `expectations.toml`, not part of the case.
+        `settings` are its values by profile (see `Settings`), read from `ctx.settings`."""
+        return self._case("conformance", params, devices, needs, settings=settings)
 
     def benchmark(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
-                  needs: Sequence[str] = (), sampled: bool = True, options: Sequence[str] = ()):
+                  needs: Sequence[str] = (), sampled: bool = True, options: Sequence[str] = (),
+                  settings: SettingsSpec | None = None):
         """Decorator: register a benchmark case (named after the function). `sampled=False`
         keeps the runner's telemetry off while it runs (for cases that sample themselves);
-        `options` names parameters it reads when given (the CLI's --param may set them).
-        How many rounds `ab` gives it is this machine's calibration's to say."""
-        return self._case("benchmark", params, devices, needs, sampled, options)
+        `options` names parameters it reads when given (the CLI's --param may set them);
+        `settings` are its values by profile (sizes, plans, timeouts: see `Settings`), read
+        from `ctx.settings`. How many rounds `ab` gives it is this machine's calibration's to
+        say."""
+        return self._case("benchmark", params, devices, needs, sampled, options, settings)
 
     def workload(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                  needs: Sequence[str] = ()):

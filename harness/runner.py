@@ -171,7 +171,8 @@ def execute(
     worker process the case launches, before its work: how a test breaks a feature on
     purpose inside workers (in this process, monkeypatch does it).
     """
-    ctx = Context(device=device, profile=profile, params=dict(params))
+    ctx = Context(device=device, profile=profile, params=dict(params),
+                  settings=case.settings_for(profile, device))
     entry: dict[str, Any] = {
         "suite": case.suite,
         "case": case.name,

@@ -6,7 +6,6 @@ import time
 import torch
 
 from harness import asv_adapter as asv
-from suites.fork_wait import cases
 
 # Long enough for the inter-op threads to finish winding down the last forked tasks: with it, 0 of
 # 30 fresh processes of two forked chains aborted at exit here, against 5 of 30 without.
@@ -48,7 +47,7 @@ class ForkWaitSpeedup(asv.CaseFigures):
     """Speedup of forked over serial per task count K, from the suite's scaling case."""
 
     case = "fork_wait/scaling"
-    labels = {"K": cases.TASKS[asv.PROFILE]}
+    labels = {"K": list(asv.setting("fork_wait/scaling", "tasks"))}
     unit = "x"
 
     def setup_cache(self):

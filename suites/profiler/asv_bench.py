@@ -46,7 +46,8 @@ class ProfilerTimeError(asv.CaseFigures):
 
     case = "profiler/timing_accuracy"
     labels = {"api": list(apis.API_NAMES),
-              "region": [cases.region_label(d) for d in cases.DURATIONS[asv.PROFILE]]}
+              "region": [cases.region_label(d)
+                         for d in asv.setting("profiler/timing_accuracy", "durations_s")]}
     unit = "%"
 
     def setup_cache(self):

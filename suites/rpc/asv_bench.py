@@ -11,6 +11,7 @@ from harness import asv_adapter as asv
 from suites.rpc import cases
 
 FLOORS = ("tcp",)  # each path's over_floor is its time over this one's
+ROUND_TRIP_SIZES = list(asv.setting("rpc/round_trip", "sizes"))  # the payloads it measures
 
 
 class TensorPipeBuiltin(asv.WorkloadTime):
@@ -71,7 +72,7 @@ class RoundTripLatency(asv.CaseFigures):
     """p50 and p99 round trip per path and payload, from the suite's round_trip case."""
 
     case = "rpc/round_trip"
-    labels = {"path": list(cases.PATH_LABELS), "bytes": cases.SIZES[asv.PROFILE]}
+    labels = {"path": list(cases.PATH_LABELS), "bytes": ROUND_TRIP_SIZES}
     unit = "s"
 
     def setup_cache(self):
@@ -89,7 +90,7 @@ class RoundTripOverFloor(asv.CaseFigures):
 
     case = "rpc/round_trip"
     labels = {"path": [p for p in cases.PATH_LABELS if p not in FLOORS],
-              "bytes": cases.SIZES[asv.PROFILE]}
+              "bytes": ROUND_TRIP_SIZES}
     unit = "x"
     setup_cache = RoundTripLatency.setup_cache
 
@@ -102,7 +103,7 @@ class RoundTripRatios(asv.CaseFigures):
     speedup over rpc_sync, per payload."""
 
     case = "rpc/round_trip"
-    labels = {"bytes": cases.SIZES[asv.PROFILE]}
+    labels = {"bytes": ROUND_TRIP_SIZES}
     unit = "x"
     setup_cache = RoundTripLatency.setup_cache
 

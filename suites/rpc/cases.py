@@ -41,11 +41,9 @@ suite = Suite(
 )
 
 KiB, MiB = 2**10, 2**20
-SIZES = {
-    "quick": [4, 64 * KiB, 4 * MiB],
-    "full": [4, 64, KiB, 16 * KiB, 64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB],
-}
-HEADLINE_SIZES = (4, 64 * KiB, 4 * MiB)  # the closing table's columns
+HEADLINE_SIZES = (4, 64 * KiB, 4 * MiB)  # the closing table's columns; round_trip's quick sizes
+# round_trip's full sweep, and the payloads of the workloads' full grid
+SWEEP_SIZES = (4, 64, KiB, 16 * KiB, 64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB)
 BANDWIDTH_FROM = MiB  # bandwidth is reported for payloads of at least this size
 IN_FLIGHT = 8
 BARE_LOOP_TOLERANCE = 0.10  # the suite's TensorPipe p50 within 10% of a bare rpc_sync loop
@@ -63,10 +61,9 @@ PATH_LABELS = {
 # forced to "basic" too, so that payload bytes cross the forced transport rather than the
 # cma channel (process_vm_readv), which TensorPipe prefers between processes of one machine.
 FORCED = ("shm", "uv")
-LAUNCH_TIMEOUT = {"quick": 240.0, "full": 900.0}
 
 DEVICES = ("cpu", "cuda")
-SIZE_PARAMS = {"quick": [{"nbytes": 4}], "full": [{"nbytes": n} for n in SIZES["full"]]}
+SIZE_PARAMS = {"quick": [{"nbytes": 4}], "full": [{"nbytes": n} for n in SWEEP_SIZES]}
 
 
 def size_label(nbytes: int) -> str:
@@ -271,18 +268,29 @@ def _forced_spec(device: str, transport: str) -> GroupSpec:
                      channels=("basic",) if cpu else None)
 
 
-@suite.benchmark(devices=DEVICES, needs=("distributed",), options=("sizes", "min_samples"))
+# `launch_timeout_s` bounds each of the case's launches (the main one and one per forced
+# transport); `plan` is how each launch samples every path (measure.Plan).
+@suite.benchmark(devices=DEVICES, needs=("distributed",), options=("sizes", "min_samples"),
+                 settings={
+                     "quick": {"sizes": HEADLINE_SIZES, "launch_timeout_s": 240.0,
+                               "plan": measure.Plan(seconds=0.08, min_samples=30,
+                                                    max_samples=800, rounds=8, sessions=6,
+                                                    warmup_s=0.03)},
+                     "full": {"sizes": SWEEP_SIZES, "launch_timeout_s": 900.0,
+                              "plan": measure.Plan(seconds=0.5, min_samples=20,
+                                                   max_samples=10000, rounds=16, sessions=8,
+                                                   warmup_s=0.2)}})
 def round_trip(ctx: Context) -> None:
     """Round-trip p50/p90/p99 over a payload sweep: TensorPipe (builtin, Python, shm, uv),
     Gloo send/recv and the TCP floor, each over the floor; rpc_async in flight; bare loop.
 
     `--param sizes=[...]` and `--param min_samples=N` replace the profile's payload sizes and
     samples per path (a slow shaped link needs fewer)."""
-    sizes = [int(n) for n in ctx.params.get("sizes", SIZES[ctx.profile])]
-    plan = measure.PLANS[ctx.profile]
+    sizes = [int(n) for n in ctx.params.get("sizes", ctx.settings["sizes"])]
+    plan = ctx.settings["plan"]
     if "min_samples" in ctx.params:
         plan = dataclasses.replace(plan, min_samples=int(ctx.params["min_samples"]))
-    timeout = LAUNCH_TIMEOUT[ctx.profile] * (2 if "sizes" in ctx.params else 1)
+    timeout = ctx.settings["launch_timeout_s"] * (2 if "sizes" in ctx.params else 1)
     # shm cannot cross hosts: across hosts only uv is forced
     forced_transports = FORCED if launch.cluster() is None else ("uv",)
     main, forced = _launch_round_trips(ctx, sizes, plan, forced_transports, timeout)
@@ -445,10 +453,9 @@ def _closing_rows(p50: dict, sizes: list[int]) -> list[dict[str, Any]]:
     return rows
 
 
-BATCH_BENCH = {"quick": [{"requests": 8}], "full": [{"requests": r} for r in (4, 8, 16)]}
-
-
-@suite.benchmark(params=BATCH_BENCH, devices=("cpu",), needs=("distributed",))
+@suite.benchmark(params={"quick": [{"requests": 8}],
+                         "full": [{"requests": r} for r in (4, 8, 16)]},
+                 devices=("cpu",), needs=("distributed",))
 def batched_update(ctx: Context) -> None:
     """Batched-update throughput with async_execution against the same workload without it
     (a handler that waits on its RPC thread), interleaved; and async with 2 threads."""
