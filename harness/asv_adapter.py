@@ -85,6 +85,12 @@ def _definition(ident: str, kind: str) -> Case | Workload:
     raise KeyError(f"{suite_name} has no {kind} {name!r}")
 
 
+def setting(ident: str, name: str, device: str = "cpu") -> Any:
+    """Setting `name` of the case "suite/name" in the profile asv tracks (e.g. the payload
+    sizes a view's labels range over)."""
+    return _definition(ident, "case").settings_for(PROFILE, device)[name]
+
+
 def devices_here(devices: Sequence[str]) -> list[str]:
     """The devices of `devices` this machine has; all of them when it has none, since asv
     needs a combination to report the class as n/a rather than fail."""
@@ -159,7 +165,8 @@ class CaseFigures:
             c = _definition(cls.case, "case")
             devices = devices_here(cls.devices or c.devices)
             varying = _axes({d: c.param_sets(PROFILE, d) for d in devices}, varying_only=True)
-            axes = {**varying, **{k: _label_values(v, devices) for k, v in cls.labels.items()}}
+            axes = {**varying,
+                    **{k: _label_values(v, devices, c) for k, v in cls.labels.items()}}
             cls.params = [devices, *axes.values()]
             cls.param_names = ["device", *axes]
 
@@ -201,9 +208,9 @@ class CaseFigures:
         return telemetry_value(self.entry, key)
 
 
-def _label_values(spec: LabelSpec, devices: Sequence[str]) -> list[Any]:
+def _label_values(spec: LabelSpec, devices: Sequence[str], case: Case) -> list[Any]:
     """A label's quick-profile values over the devices, in order of appearance."""
-    return list(dict.fromkeys(v for d in devices for v in label_values(spec, PROFILE, d)))
+    return list(dict.fromkeys(v for d in devices for v in label_values(spec, PROFILE, d, case)))
 
 
 def run_case(case: Case, device: str, params: Params) -> Result:

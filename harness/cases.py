@@ -15,10 +15,16 @@ harness.asv_adapter generates the asv classes from these declarations and the wo
 
 Parameters are lists of dicts per profile (`quick`, `full`), optionally per device as well
 (`"quick:cuda"` takes precedence over `"quick"` on CUDA); `grid()` builds products.
+
+Settings are what a case runs with besides its parameters, and that change with the profile:
+payload sizes, a sampling plan, launch timeouts, steps, repeats. A case declares them with
+itself (`settings=`, see `Settings`) and reads them from `ctx.settings`; the harness checks
+that every profile declares the same names, and `list` and `run --dry-run` print them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,9 +38,9 @@ if TYPE_CHECKING:  # imported where used, so that the CLI can start (and explain
 
 Params = dict[str, Any]
 ParamSpec = Sequence[Params] | Mapping[str, Sequence[Params]]
-# a label's values: a sequence, or sequences keyed as parameters are ("quick", "quick:cuda")
-# or by device ("cuda")
-LabelSpec = Sequence[Any] | Mapping[str, Sequence[Any]]
+# A case's settings by profile: {"quick": {"sizes": (4, 64), "timeout_s": 240.0}, "full": ...};
+# "quick:cuda" overrides some of quick's values on CUDA. See `Settings`.
+SettingsSpec = Mapping[str, Mapping[str, Any]]
 PROFILES = ("quick", "full")
 DEVICES = ("cpu", "cuda")
 
@@ -54,6 +60,87 @@ def grid(**axes: Sequence[Any]) -> list[Params]:
 
 def param_id(params: Params) -> str:
     return "-".join(f"{k}={v}" for k, v in params.items()) or "default"
+
+
+class SettingsError(ValueError):
+    """A settings declaration that does not give every profile the same names."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a case runs with in each profile besides its parameter sets, declared with it:
+
+        @suite.benchmark(settings={
+            "quick": {"sizes": (4, 65536), "launch_timeout_s": 240.0},
+            "full": {"sizes": (4, 64, 1024, 65536), "launch_timeout_s": 900.0},
+            "full:cuda": {"sizes": (4, 65536, 2**20)},  # only what differs on CUDA
+        })
+        def round_trip(ctx):
+            sizes = ctx.settings["sizes"]
+
+    Every profile of PROFILES declares the same names; a "<profile>:<device>" entry replaces
+    some of its profile's values on that device. Parameters are what a run is repeated over
+    (one result entry each); settings are how each of those runs is done. Values should be
+    immutable (tuples, frozen dataclasses): every run of the case shares them.
+    """
+
+    by_profile: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def declare(cls, spec: SettingsSpec | None, owner: str) -> Settings:
+        """`spec` checked: each profile present, with the same names; device entries only
+        replacing names of their profile."""
+        spec = {k: dict(v) for k, v in (spec or {}).items()}
+        if not spec:
+            return cls()
+        for key in spec:
+            profile, _, device = key.partition(":")
+            if profile not in PROFILES or (":" in key and device not in DEVICES):
+                raise SettingsError(f"{owner}: settings key {key!r} is not a profile "
+                                    f"({', '.join(PROFILES)}), optionally ':<device>'")
+        if missing := [p for p in PROFILES if p not in spec]:
+            raise SettingsError(f"{owner}: settings for profile {missing[0]!r} missing")
+        names = list(spec[PROFILES[0]])
+        for key, values in spec.items():
+            profile = key.partition(":")[0]
+            extra = set(values) - set(names)
+            if extra or (profile == key and set(values) != set(names)):
+                odd = sorted(extra or set(names) - set(values))
+                raise SettingsError(f"{owner}: settings {key!r} differ from "
+                                    f"{PROFILES[0]!r}'s names in {', '.join(odd)}")
+        return cls(spec)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.by_profile.get(PROFILES[0], {}))
+
+    def for_run(self, profile: str, device: str = "cpu") -> dict[str, Any]:
+        """The values for `profile` on `device` (a device entry over its profile's)."""
+        if not self.by_profile:
+            return {}
+        if profile not in self.by_profile:
+            raise KeyError(f"no settings for profile {profile!r}")
+        kind = device.partition(":")[0]
+        return {**self.by_profile[profile], **self.by_profile.get(f"{profile}:{kind}", {})}
+
+
+def describe(value: Any) -> str:
+    """A setting's value as `list` and `run --dry-run` print it."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(map(describe, value)) + ")"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(describe, value)) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {describe(v)}" for k, v in value.items()) + "}"
+    if dataclasses.is_dataclass(value) and type(value).__str__ is object.__str__:
+        fields = ", ".join(f"{f.name}={describe(getattr(value, f.name))}"
+                           for f in dataclasses.fields(value))
+        return f"{type(value).__name__}({fields})"
+    return str(value)
 
 
 @dataclass
@@ -115,6 +202,9 @@ class Context:
     cluster: launch.Cluster | None = None
     # What each of those workers runs first: how a test breaks a feature inside them.
     worker_setup: Callable[[], None] | None = None
+    # the case's declared settings for this profile and device (Case.settings_for): what it
+    # reads instead of keeping tables by profile
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def min_run_time(self) -> float:
@@ -285,8 +375,30 @@ class TrackView:
                                                  for t in self.tracks))
 
 
-def label_values(spec: LabelSpec, profile: str, device: str) -> list[Any]:
-    """A label's values on `device` in `profile` (see LabelSpec)."""
+@dataclass(frozen=True)
+class FromSetting:
+    """A label whose values are one of the case's settings (the payload sizes it measures,
+    say), so that they are declared once, with the case."""
+
+    name: str
+    # what each of the setting's values is called as a label (the value itself by default)
+    label: Callable[[Any], Any] | None = None
+
+
+# a label's values: a sequence, sequences keyed as parameters are ("quick", "quick:cuda") or
+# by device ("cuda"), or one of the case's settings (`FromSetting`)
+LabelSpec = Sequence[Any] | Mapping[str, Sequence[Any]] | FromSetting
+
+
+def label_values(spec: LabelSpec, profile: str, device: str,
+                 case: Case | None = None) -> list[Any]:
+    """A label's values on `device` in `profile` (see LabelSpec); `case` is the case whose
+    settings a FromSetting names."""
+    if isinstance(spec, FromSetting):
+        if case is None:
+            raise ValueError(f"label from setting {spec.name!r}: no case to read it from")
+        values = case.settings_for(profile, device)[spec.name]
+        return [spec.label(v) for v in values] if spec.label else list(values)
     if not isinstance(spec, Mapping):
         return list(spec)
     for key in (f"{profile}:{device}", device, profile):
@@ -308,9 +420,34 @@ class Case:
     sampled: bool = True  # whether the runner samples telemetry around it
     options: tuple[str, ...] = ()  # parameters it reads when given, beyond its sets' keys
     tracks: tuple[TrackView, ...] = ()  # the figures asv tracks (harness.asv_adapter)
+    settings: Settings = Settings()  # what it runs with in each profile (ctx.settings)
 
     def param_sets(self, profile: str, device: str = "cpu") -> list[Params]:
         return _param_sets(self.params, profile, device)
+
+    def settings_for(self, profile: str, device: str = "cpu") -> dict[str, Any]:
+        return self.settings.for_run(profile, device)
+
+    def describe_settings(self, profile: str, devices: Sequence[str] | None = None) -> list[str]:
+        """One line per setting in `profile`, "name = value"; a value that differs between
+        `devices` (default: the case's) gets a line per device, "name on cuda = value"."""
+        by_device = {d: self.settings_for(profile, d) for d in devices or self.devices}
+        return _per_device_lines(self.settings.names, {
+            d: {name: describe(v[name]) for name in v} for d, v in by_device.items()})
+
+    def describe_params(self, profile: str, devices: Sequence[str] | None = None) -> list[str]:
+        """One line per parameter in `profile`: the values its sets take, "name in a, b";
+        per device where the devices' sets differ."""
+        by_device = {}
+        for d in devices or self.devices:
+            values: dict[str, list[str]] = {}
+            for p in self.param_sets(profile, d):
+                for k, v in p.items():
+                    if describe(v) not in values.setdefault(k, []):
+                        values[k].append(describe(v))
+            by_device[d] = {k: ", ".join(v) for k, v in values.items()}
+        names = list(dict.fromkeys(k for v in by_device.values() for k in v))
+        return _per_device_lines(names, by_device, " in ")
 
     @property
     def id(self) -> str:
@@ -333,6 +470,20 @@ class Workload:
 
     def param_sets(self, profile: str, device: str = "cpu") -> list[Params]:
         return _param_sets(self.params, profile, device)
+
+
+def _per_device_lines(names: Sequence[str], shown: Mapping[str, Mapping[str, str]],
+                      sep: str = " = ") -> list[str]:
+    """"name = value" for each name; "name on <device> = value" for each device where the
+    devices' values differ ("-" where a device has none)."""
+    lines = []
+    for name in names:
+        values = {d: v.get(name, "-") for d, v in shown.items()}
+        if len(set(values.values())) == 1:
+            lines.append(f"{name}{sep}{next(iter(values.values()))}")
+        else:
+            lines += [f"{name} on {d}{sep}{v}" for d, v in values.items()]
+    return lines
 
 
 def _param_sets(spec: ParamSpec, profile: str, device: str) -> list[Params]:
@@ -368,33 +519,39 @@ class Suite:
 
     def _case(self, kind: str, params: ParamSpec, devices: Sequence[str], needs: Sequence[str],
               sampled: bool = True, options: Sequence[str] = (),
-              tracks: Sequence[TrackView] = ()):
+              tracks: Sequence[TrackView] = (), settings: SettingsSpec | None = None):
         def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
+            declared = Settings.declare(settings, f"{self.name}/{func.__name__}")
             self.cases.append(
                 Case(self.name, func.__name__, kind, func, _first_line(func),
                      params or [{}], tuple(devices), tuple(needs), sampled, tuple(options),
-                     tuple(tracks))
+                     tuple(tracks), declared)
             )
             return func
 
         return register
 
     def conformance(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
-                    needs: Sequence[str] = (), tracks: Sequence[TrackView] = ()):
+                    needs: Sequence[str] = (), tracks: Sequence[TrackView] = (),
+                    settings: SettingsSpec | None = None):
         """Decorator: register a conformance case (named after the function). An upstream
         defect it is known to catch is an entry of `expectations.toml`, not part of the case.
-        `tracks` declares the figures it records that asv tracks."""
-        return self._case("conformance", params, devices, needs, tracks=tracks)
+        `tracks` declares the figures it records that asv tracks; `settings` are its values
+        by profile (see `Settings`), read from `ctx.settings`."""
+        return self._case("conformance", params, devices, needs, tracks=tracks,
+                          settings=settings)
 
     def benchmark(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                   needs: Sequence[str] = (), sampled: bool = True, options: Sequence[str] = (),
-                  tracks: Sequence[TrackView] = ()):
+                  tracks: Sequence[TrackView] = (), settings: SettingsSpec | None = None):
         """Decorator: register a benchmark case (named after the function). `sampled=False`
         keeps the runner's telemetry off while it runs (for cases that sample themselves);
         `options` names parameters it reads when given (the CLI's --param may set them);
-        `tracks` declares the figures asv tracks. How many rounds `ab` gives it is this
-        machine's calibration's to say."""
-        return self._case("benchmark", params, devices, needs, sampled, options, tracks)
+        `tracks` declares the figures asv tracks; `settings` are its values by profile (sizes,
+        plans, timeouts: see `Settings`), read from `ctx.settings`. How many rounds `ab` gives
+        it is this machine's calibration's to say."""
+        return self._case("benchmark", params, devices, needs, sampled, options, tracks,
+                          settings)
 
     def workload(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                  needs: Sequence[str] = (), asv_name: str = ""):

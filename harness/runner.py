@@ -179,7 +179,7 @@ def execute(
     entry says which host each rank ran on.
     """
     ctx = Context(device=device, profile=profile, params=dict(params), cluster=cluster,
-                  worker_setup=worker_setup)
+                  worker_setup=worker_setup, settings=case.settings_for(profile, device))
     started = records.now()
     sampled = telemetry is not None and case.sampled
     sampler = telemetry.sampler() if sampled else nullcontext()

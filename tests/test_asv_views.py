@@ -6,7 +6,7 @@ record's own unit, and no case runs twice in one asv run."""
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import inspect
 import itertools
 import subprocess
@@ -134,10 +134,9 @@ def _combinations(view: type) -> list[tuple]:
     return list(itertools.product(*view.params))
 
 
-def _reference_entries(case_id: str) -> dict[tuple[str, str], dict]:
+def _reference_entries(case_id: str) -> dict[tuple[str, str], records.Result]:
     run = records.read_run(REFERENCE)
-    return {(e["device"], param_id(e["params"])): e for e in run["results"]
-            if f"{e['suite']}/{e['case']}" == case_id}
+    return {(e.device, param_id(e.params)): e for e in run.results if e.case_id == case_id}
 
 
 def _tracks(view: type) -> list[str]:
@@ -173,24 +172,22 @@ def test_a_figure_view_finds_each_figure_in_a_real_run_with_its_unit(view):
     for combo in combos:
         v = view()
         v.setup(entries, *combo)  # NotAvailable here would be a label the case never records
-        looked_up: list[dict] = []
+        looked_up: list[records.Metric] = []
         find = v.metric
         v.metric = lambda name, find=find, seen=looked_up: seen.append(find(name)) or seen[-1]
         for track in _tracks(view):
             value = getattr(v, track)(entries, *combo)
             m = looked_up[-1]
-            assert value == m["value"], (combo, track)
+            assert value == m.value, (combo, track)
             unit = getattr(getattr(view, track), "unit", view.unit)
-            assert unit == m["unit"], (view.__name__, track, unit, m["unit"])
+            assert unit == m.unit, (view.__name__, track, unit, m.unit)
 
 
 def test_a_renamed_metric_or_a_label_never_recorded_fails_the_view():
-    entries = copy.deepcopy(_reference_entries("fork_wait/scaling"))
+    entries = {k: dataclasses.replace(e, metrics=tuple(
+        dataclasses.replace(m, name="speedup_renamed") if m.name == "speedup" else m
+        for m in e.metrics)) for k, e in _reference_entries("fork_wait/scaling").items()}
     view = DISCOVERED["fork_wait.asv_bench.ForkWaitSpeedup.track_speedup"].func.__self__
-    for entry in entries.values():
-        for m in entry["metrics"]:
-            if m["name"] == "speedup":
-                m["name"] = "speedup_renamed"
     v = type(view)()
     v.setup(entries, "cpu", 2, 2)
     with pytest.raises(KeyError, match="recorded no metric 'speedup"):

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from harness import cli, records
+from harness.cases import PROFILES
 
 EXE = shutil.which("release-bench") or str(Path(sys.executable).parent / "release-bench")
 
@@ -25,6 +26,110 @@ def test_list_names_every_suite_case_and_need():
     assert out.returncode == 0, out.stderr
     assert "fork_wait: TorchScript fork/wait parallelism (1.6 status: beta)" in out.stdout
     assert "scaling" in out.stdout and "distributed" in out.stdout
+
+
+def listed(text: str) -> dict[str, list[str]]:
+    """`list`'s lines under each case, by "suite/case"."""
+    out: dict[str, list[str]] = {}
+    suite, lines = "", None
+    for line in text.splitlines():
+        words = line.split()
+        if not line.startswith(" "):
+            suite, lines = line.split(":")[0], None
+        elif line.startswith("  ") and words[0] in ("conformance", "benchmark"):
+            lines = out.setdefault(f"{suite}/{words[1]}", [])
+        elif words[0] == "workload":
+            lines = None
+        elif lines is not None:
+            lines.append(line.strip())
+    return out
+
+
+def dry_run(text: str) -> dict[str, list[str]]:
+    """`run --dry-run`'s indented lines under each run it would do, by its label."""
+    out: dict[str, list[str]] = {}
+    lines = None
+    for line in text.splitlines():
+        if line.startswith("would run "):
+            lines = out.setdefault(line.removeprefix("would run "), [])
+        elif line.startswith("    ") and lines is not None:
+            lines.append(line.strip())
+        else:
+            lines = None
+    return out
+
+
+# Settings as the suites declare them, spelled out here rather than read back from the
+# registry; "on cuda" where a device has its own.
+DECLARED = {
+    "quick": {
+        "rpc/round_trip": ["sizes = (4, 65536, 4194304)", "launch_timeout_s = 240",
+                           "plan = Plan(seconds=0.08, min_samples=30, max_samples=800, "
+                           "rounds=8, sessions=6, warmup_s=0.03)"],
+        "ddp_rpc/step_time": ["launches = 6", "rounds = 2", "steps_per_round = 10"],
+        "ddp_rpc/matches_reference": ["steps = 20"],
+        "fork_wait/scaling": ["tasks = (1, 2, 4)"],
+        "telemetry/sampling_overhead": ["run_time_s = 3"],
+        "profiler/timing_accuracy": ["durations_s = (0.005, 0.02, 0.1)"],
+        "amp/gemm_ladder": ["sizes on cpu = (256, 512, 1024)",
+                            "sizes on cuda = (1024, 2048, 4096, 8192)"],
+    },
+    "full": {
+        "rpc/round_trip": ["sizes = (4, 64, 1024, 16384, 65536, 262144, 1048576, 4194304, "
+                           "16777216, 67108864)", "launch_timeout_s = 900",
+                           "plan = Plan(seconds=0.5, min_samples=20, max_samples=10000, "
+                           "rounds=16, sessions=8, warmup_s=0.2)"],
+        "ddp_rpc/step_time": ["launches = 10", "rounds = 3", "steps_per_round = 25"],
+        "ddp_rpc/matches_reference": ["steps = 40"],
+        "fork_wait/scaling": ["tasks = (1, 2, 4, 8)"],
+        "telemetry/sampling_overhead": ["run_time_s = 20"],
+        "profiler/timing_accuracy": ["durations_s = (0.001, 0.002, 0.005, 0.01, 0.05, 0.1, 0.5)"],
+        "amp/gemm_ladder": ["sizes on cpu = (256, 512, 1024, 2048, 4096)",
+                            "sizes on cuda = (512, 1024, 2048, 4096, 8192, 16384)"],
+    },
+}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_list_prints_each_cases_declared_settings_for_the_profile(profile, capsys):
+    from harness import registry
+
+    assert cli.main(["list", "--profile", profile]) == 0
+    blocks = listed(capsys.readouterr().out)
+    prefix = f"{profile}: "
+    for suite in registry.all_suites():
+        for c in suite.cases:
+            shown = blocks[c.id]
+            assert [x for x in shown if x.startswith(prefix)] == [
+                prefix + x for x in c.describe_params(profile) + c.describe_settings(profile)
+            ], c.id
+            assert not any(x.startswith(f"{p}: ") for x in shown for p in PROFILES
+                           if p != profile), c.id  # the profile asked for only
+    for case, lines in DECLARED[profile].items():
+        assert {prefix + x for x in lines} <= set(blocks[case]), case
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_dry_run_prints_the_settings_of_each_case_it_would_run(profile, capsys):
+    from harness import registry
+
+    assert cli.main(["run", "--dry-run", "--profile", profile, "--device", "cpu",
+                     "--device", "cuda", "--expectations", "none"]) == 0
+    blocks = dry_run(capsys.readouterr().out)
+    for suite in registry.all_suites():
+        for c in suite.cases:
+            for d in c.devices:
+                first, *rest = [k for k in blocks if k.startswith(f"{c.id}[{d} ")]
+                # under a case's first run on a device, once
+                assert blocks[first] == c.describe_settings(profile, [d]), first
+                assert all(blocks[k] == [] for k in rest), first
+    for case, lines in DECLARED[profile].items():
+        suite, name = case.split("/")
+        for d in registry.load(suite).case(name).devices:
+            label = next(k for k in blocks if k.startswith(f"{case}[{d} "))
+            mine = [x.replace(f" on {d} = ", " = ") for x in lines
+                    if " on " not in x or f" on {d} = " in x]
+            assert set(mine) <= set(blocks[label]), label
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,11 @@
-"""`release-bench list`: the suites, their cases, and what each needs."""
+"""`release-bench list`: the suites, their cases, what each needs, and what each profile
+runs them with (their declared settings)."""
 
 from __future__ import annotations
 
 import argparse
 
-from harness.cases import PROFILES
+from harness.cases import MIN_RUN_TIME, PROFILES
 from harness.commands import common
 from harness.commands.common import EXIT_OK
 
@@ -12,24 +13,33 @@ from harness.commands.common import EXIT_OK
 def main(args) -> int:
     from harness import registry
 
+    profiles = [args.profile] if args.profile else list(PROFILES)
+    for p in profiles:
+        print(f"profile {p}: {MIN_RUN_TIME[p]:g} s of measurement per timed statement by default")
+    print("under each case, 'PROFILE: NAME in VALUES' is a parameter its runs take, "
+          "'PROFILE: NAME = VALUE' a setting each run uses")
     for suite in registry.all_suites():
         print(f"{suite.name}: {suite.feature} (1.6 status: {suite.status})")
         print(f"  {suite.summary}")
         for c in suite.cases:
             needs = ", ".join([f"devices: {'/'.join(c.devices)}", *c.needs])
-            sets = {p: len(c.param_sets(p, c.devices[0])) for p in PROFILES}
-            print(f"  {c.kind:<11} {c.name:<34} [{needs}; param sets quick {sets['quick']}, "
-                  f"full {sets['full']}]")
+            sets = ", ".join(f"{p} {len(c.param_sets(p, c.devices[0]))}" for p in profiles)
+            print(f"  {c.kind:<11} {c.name:<34} [{needs}; param sets {sets}]")
             if c.doc:
                 print(f"  {'':<11} {c.doc}")
+            for p in profiles:
+                for line in c.describe_params(p) + c.describe_settings(p):
+                    print(f"  {'':<11} {p}: {line}")
         for w in suite.workloads:
             print(f"  {'workload':<11} {w.name:<34} [devices: {'/'.join(w.devices)}] {w.doc}")
     return EXIT_OK
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """No options."""
+    parser.add_argument("--profile", choices=PROFILES,
+                        help="show the parameter sets and settings of this profile only "
+                             "(default: every profile)")
 
 
-COMMANDS = (common.Command("list", "the suites, their cases, and what each needs",
-                           add_arguments, main),)
+COMMANDS = (common.Command("list", "the suites, their cases, what each needs, and each "
+                                   "profile's settings", add_arguments, main),)

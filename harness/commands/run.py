@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from harness import records
-from harness.cases import DEVICES, param_id
+from harness.cases import DEVICES, MIN_RUN_TIME, param_id
 from harness.commands import common
 from harness.commands.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 
@@ -75,10 +75,7 @@ def main(args, cluster: Cluster | None = None) -> int:
                          f"(parameters: {', '.join(sorted(known)) or 'none'})")
     expected = common.read_expectations(args)  # a bad file fails here, before anything runs
     if args.dry_run:
-        for p in planned:
-            print(f"would run {p.label}")
-        print(f"{len(planned)} case runs planned, profile {args.profile}, devices "
-              f"{', '.join(devices)}")
+        _print_plan(planned, args.profile, devices)
         return EXIT_OK
     tel = None if args.no_telemetry else telemetry.Telemetry(args.telemetry_interval)
     try:
@@ -104,6 +101,20 @@ def main(args, cluster: Cluster | None = None) -> int:
     if judged is None:  # --expectations none: the raw outcomes decide
         return EXIT_FAILED if any(e.outcome != "invalid" for e in reported) else EXIT_OK
     return common.expectations_exit(judged)
+
+
+def _print_plan(planned: list, profile: str, devices: list[str]) -> None:
+    """`--dry-run`: each case run, and under a case's first run on a device, the settings its
+    runs there use in this profile."""
+    shown = set()
+    for p in planned:
+        print(f"would run {p.label}")
+        if (p.case.id, p.device) not in shown:
+            shown.add((p.case.id, p.device))
+            for line in p.case.describe_settings(profile, [p.device]):
+                print(f"    {line}")
+    print(f"{len(planned)} case runs planned, profile {profile} ({MIN_RUN_TIME[profile]:g} s "
+          f"of measurement per timed statement by default), devices {', '.join(devices)}")
 
 
 def _devices(requested: Sequence[str] | None, dry_run: bool = False) -> list[str]:

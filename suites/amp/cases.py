@@ -28,7 +28,16 @@ import torch
 
 from harness import clean_exit as clean_exit_programs
 from harness import machine
-from harness.cases import Context, Skip, Suite, Track, TrackView, grid
+from harness.cases import (
+    PROFILES,
+    Context,
+    FromSetting,
+    Skip,
+    Suite,
+    Track,
+    TrackView,
+    grid,
+)
 from harness.timing import Timing
 from suites.amp import gradscaler, memory, oplists, training
 from suites.amp.training import AMP_MODES, MODELS, CudaSettings, restored_backend_flags
@@ -51,12 +60,6 @@ PARITY_TOLERANCE = 0.05
 # The fp32 control itself must learn, or agreeing with it says nothing.
 PARITY_MIN_LEARNING = 0.8  # at least this fraction of the initial loss removed
 
-GEMM_SIZES = {
-    ("cpu", "quick"): (256, 512, 1024),
-    ("cpu", "full"): (256, 512, 1024, 2048, 4096),
-    ("cuda", "quick"): (1024, 2048, 4096, 8192),
-    ("cuda", "full"): (512, 1024, 2048, 4096, 8192, 16384),
-}
 GEMM_DTYPES = {
     "cpu": ("float32", "bfloat16", "autocast-bfloat16"),
     "cuda": ("float32", "tf32", "float16", "bfloat16", "autocast-float16"),
@@ -87,18 +90,16 @@ def training_step(device: str, model: str, mode: str, batch: int | None = None,
                   side: int | None = None, tf32: bool = False, channels_last: bool = False,
                   cudnn_benchmark: bool = True) -> training.TrainStep:
     """One training step (forward, loss, backward, SGD step) in one precision mode."""
-    default_batch, default_side = training.sizes(device, "quick", model)
+    # a workload has no profile: it times train_step's quick sizes, as pytest and asv do
+    default_batch, default_side = suite.case("train_step").settings_for(
+        "quick", device)["sizes"][model]
     settings = CudaSettings(tf32=tf32, cudnn_benchmark=cudnn_benchmark,
                             channels_last=channels_last)
     return training.TrainStep(model, device, mode, batch or default_batch,
                               side or default_side, settings)
 
 
-# the GEMM ladder's grid, "quick" and "full" on the CPU, "quick:cuda" and "full:cuda" on CUDA
-@suite.workload(params={profile if kind == "cpu" else f"{profile}:{kind}":
-                        grid(n=list(GEMM_SIZES[(kind, profile)]), dtype=list(GEMM_DTYPES[kind]))
-                        for kind, profile in GEMM_SIZES},
-                asv_name="MatmulTime.time_matmul")
+# registered as a workload after gemm_ladder, whose sizes make its grid
 def matmul(device: str, n: int, dtype: str):
     """One n x n x n matmul: float32, tf32 (CUDA), float16, bfloat16, or autocast-<dtype>
     (float32 inputs under autocast, casts included)."""
@@ -249,6 +250,9 @@ def _cpu_details() -> dict[str, Any]:
             "intra_op_threads": torch.get_num_threads()}
 
 
+# `sizes`: each model's default (batch, image side) for the ResNets, (batch, sequence length)
+# for the encoder layer. CPU quick sizes keep the quick profile within its time budget on two
+# cores; CUDA sizes are large enough that kernels, not launches, set the time.
 @suite.benchmark(params={"quick": [{"model": m} for m in MODELS],
                          # on CUDA the quick run also gives resnet50 against a TF32 baseline
                          "quick:cuda": [{"model": "resnet18"}, {"model": "resnet50"},
@@ -269,7 +273,16 @@ def _cpu_details() -> dict[str, Any]:
                                    tracks=[Track("energy_per_step", "energy_per_iteration_j",
                                                  "J", telemetry=True),
                                            Track("power_mean", "power_w_mean", "W",
-                                                 telemetry=True)])])
+                                                 telemetry=True)])],
+                 settings={
+                     "quick": {"sizes": {"resnet18": (8, 112), "resnet50": (4, 112),
+                                         "encoder": (8, 128)}},
+                     "full": {"sizes": {"resnet18": (16, 224), "resnet50": (8, 224),
+                                        "encoder": (16, 256)}},
+                     "quick:cuda": {"sizes": {"resnet18": (128, 224), "resnet50": (64, 224),
+                                              "encoder": (64, 512)}},
+                     "full:cuda": {"sizes": {"resnet18": (256, 224), "resnet50": (256, 224),
+                                             "encoder": (128, 512)}}})
 def train_step(ctx: Context) -> None:
     """Training-step time and peak memory, fp32 against autocast, side by side."""
     p, kind = ctx.params, training.device_type(ctx.device)
@@ -281,7 +294,7 @@ def train_step(ctx: Context) -> None:
                             channels_last=p.get("channels_last", False))
     if kind == "cpu" and settings.tf32:
         raise Skip("TF32 is a CUDA setting; the CPU runs of this grid are the tf32=False ones")
-    default_batch, default_side = training.sizes(ctx.device, ctx.profile, model)
+    default_batch, default_side = ctx.settings["sizes"][model]
     batch, side = p.get("batch", default_batch), p.get("side", default_side)
     modes = ("fp32", *AMP_MODES[kind])
     with restored_backend_flags():
@@ -346,19 +359,24 @@ def _cuda_step_notes(ctx: Context, settings: CudaSettings, batch: int,
                      f"steps skipped optimizer.step()")
 
 
-@suite.benchmark(params=[{}], tracks=[TrackView(
-    "GemmTflops", "Achieved TFLOP/s of the GEMM ladder, per size and precision.",
-    unit="TFLOP/s", tracks=["tflops"],
-    # the matmul workload's grid
-    labels={"n": {f"{profile}:{kind}": sizes for (kind, profile), sizes in GEMM_SIZES.items()},
-            "dtype": GEMM_DTYPES})])
+# `sizes`: the matrix sides n of the ladder
+@suite.benchmark(params=[{}], settings={"quick": {"sizes": (256, 512, 1024)},
+                                        "full": {"sizes": (256, 512, 1024, 2048, 4096)},
+                                        "quick:cuda": {"sizes": (1024, 2048, 4096, 8192)},
+                                        "full:cuda": {"sizes": (512, 1024, 2048, 4096, 8192,
+                                                               16384)}},
+                 tracks=[TrackView(
+                     "GemmTflops", "Achieved TFLOP/s of the GEMM ladder, per size and precision.",
+                     unit="TFLOP/s", tracks=["tflops"],
+                     # the matmul workload's grid
+                     labels={"n": FromSetting("sizes"), "dtype": GEMM_DTYPES})])
 def gemm_ladder(ctx: Context) -> None:
     """Square matmuls in each precision, side by side per size, in TFLOP/s."""
     kind = training.device_type(ctx.device)
     dtypes = GEMM_DTYPES[kind]
     gpu = torch.cuda.get_device_name(ctx.device) if kind == "cuda" else ""
     peaks = next((v for k, v in DATASHEET_TFLOPS.items() if k in gpu), {})
-    sizes = GEMM_SIZES[(kind, ctx.profile)]
+    sizes = ctx.settings["sizes"]
     measured = {}
     with restored_backend_flags():
         for n in sizes:
@@ -406,6 +424,15 @@ def gemm_ladder(ctx: Context) -> None:
         ctx.details.update(gpu=gpu, baseline="float32 is strict FP32 (allow_tf32=False)")
         if peaks:
             ctx.note(f"dense peaks for {gpu} from the {DATASHEETS[gpu]}: {peaks}")
+
+
+# the GEMM ladder's statements, on the ladder's grid: "quick" and "full" on the CPU,
+# "quick:cuda" and "full:cuda" on CUDA
+suite.workload(params={
+    profile if kind == "cpu" else f"{profile}:{kind}":
+    grid(n=list(suite.case("gemm_ladder").settings_for(profile, kind)["sizes"]),
+         dtype=list(GEMM_DTYPES[kind]))
+    for kind in GEMM_DTYPES for profile in PROFILES})(matmul)
 
 
 @suite.conformance(params=clean_exit_programs.PARAMS)

@@ -26,15 +26,6 @@ MODES: dict[str, tuple[torch.dtype | None, bool]] = {
 AMP_MODES = {"cpu": ("bf16",), "cuda": ("fp16", "bf16")}
 MODELS = ("resnet18", "resnet50", "encoder")
 
-# Sizes per device and profile: (batch, image side) for the ResNets, (batch, sequence length)
-# for the encoder layer. CPU quick sizes keep the quick profile within its time budget on two
-# cores; CUDA sizes are large enough that kernels, not launches, set the time.
-SIZES: dict[tuple[str, str], dict[str, tuple[int, int]]] = {
-    ("cpu", "quick"): {"resnet18": (8, 112), "resnet50": (4, 112), "encoder": (8, 128)},
-    ("cpu", "full"): {"resnet18": (16, 224), "resnet50": (8, 224), "encoder": (16, 256)},
-    ("cuda", "quick"): {"resnet18": (128, 224), "resnet50": (64, 224), "encoder": (64, 512)},
-    ("cuda", "full"): {"resnet18": (256, 224), "resnet50": (256, 224), "encoder": (128, 512)},
-}
 # The encoder layer: BERT-base's shape (d_model 768, 12 heads, feed-forward 3072).
 ENCODER = {"d_model": 768, "nhead": 12, "dim_feedforward": 3072}
 NUM_CLASSES = 1000
@@ -42,10 +33,6 @@ NUM_CLASSES = 1000
 
 def device_type(device: str) -> str:
     return torch.device(device).type
-
-
-def sizes(device: str, profile: str, model: str) -> tuple[int, int]:
-    return SIZES[(device_type(device), profile)][model]
 
 
 def autocast(device_type: str, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:

@@ -64,7 +64,6 @@ suite = Suite(
     spans_hosts=True,
 )
 
-STEPS = {"quick": 20, "full": 40}
 # Relative tolerance, max-norm per tensor, float32 runs against a float64 reference. Measured
 # differences here are about 1e-7..2e-6 after 20 steps; a lost allreduce or a lost gradient
 # is off by 1e-2 or more.
@@ -75,15 +74,6 @@ LABEL = "ddp_rpc worker"
 # The benchmark's model: large enough that compute is not lost in the noise of the RPC.
 BENCH_SHAPE = Shape(num_embeddings=10_000, embedding_dim=32, dense_in=32, hidden=128,
                     batch=128, max_bag=8)
-# step_time's measurement: `launches` fresh sets of the three processes, one after another,
-# each timing `rounds` blocks of `steps_per_round` hybrid steps (and as many local steps,
-# alternating); a figure pools the launches and keeps each one's median as a session. The
-# step's level is drawn per launch: three quick runs of one commit here gave 3.9, 4.3 and
-# 8.6 ms, and an A/A's rounds 4.6-9.0 ms, while the steps of one launch agree to about 20%.
-# (RPC sessions re-joined inside one set of processes, as rpc/round_trip does, cannot carry
-# the RRefs the hybrid needs: torch's RRef context stays bound to the first RPC agent.)
-BENCH_PLAN = {"quick": {"launches": 6, "rounds": 2, "steps_per_round": 10},
-              "full": {"launches": 10, "rounds": 3, "steps_per_round": 25}}
 # Faults: the victim dies at this step; short RPC/Gloo timeouts make survivors fail fast.
 FAULT_STEP = 5
 FAULT_RPC_TIMEOUT_S = 10.0
@@ -116,13 +106,15 @@ def _fmt(abs_diff: float, rel_diff: float) -> str:
     return f"max abs diff {abs_diff:.3g}, rel {rel_diff:.3g} (tolerance {TOLERANCE:g} rel)"
 
 
+# `steps`: lock-step training steps before the comparison
 @suite.conformance(params={"quick": [{"ddp": m} for m in MODES],
                            "full": [{"ddp": m} for m in MODES]},
-                   needs=("distributed",))
+                   needs=("distributed",),
+                   settings={"quick": {"steps": 20}, "full": {"steps": 40}})
 def matches_reference(ctx: Context) -> None:
     """Every parameter and loss after N lock-step steps equals a single-process reference."""
     mode = ctx.params["ddp"]
-    steps = STEPS[ctx.profile]
+    steps = ctx.settings["steps"]
     shape = Shape()
     batches = make_batches(shape, steps)
     spec = new_spec("train", mode, ctx.device, batches, shape)
@@ -295,6 +287,13 @@ def faults(ctx: Context) -> None:
             {"rank": f.rank, "kind": f.kind, "message": f.message[:300]} for f in error.failures]
 
 
+# The measurement: `launches` fresh sets of the three processes, one after another, each
+# timing `rounds` blocks of `steps_per_round` hybrid steps (and as many local steps,
+# alternating); a figure pools the launches and keeps each one's median as a session. The
+# step's level is drawn per launch: three quick runs of one commit here gave 3.9, 4.3 and
+# 8.6 ms, and an A/A's rounds 4.6-9.0 ms, while the steps of one launch agree to about 20%.
+# (RPC sessions re-joined inside one set of processes, as rpc/round_trip does, cannot carry
+# the RRefs the hybrid needs: torch's RRef context stays bound to the first RPC agent.)
 @suite.benchmark(params={"quick": [{"ddp": "inside"}], "full": [{"ddp": m} for m in MODES]},
                  needs=("distributed",),
                  tracks=[TrackView(
@@ -307,13 +306,15 @@ def faults(ctx: Context) -> None:
                              "allreduce_dense_grads",
                              Track("overhead_vs_local", unit="x",
                                    doc="Hybrid step time over the equivalent local step, "
-                                       "timed interleaved in the trainers.")])])
+                                       "timed interleaved in the trainers.")])],
+                 settings={"quick": {"launches": 6, "rounds": 2, "steps_per_round": 10},
+                           "full": {"launches": 10, "rounds": 3, "steps_per_round": 25}})
 def step_time(ctx: Context) -> None:
     """Hybrid step time and its phases, beside an equivalent local step, a bare RPC and a
     bare allreduce."""
     mode = ctx.params["ddp"]
     batches = make_batches(BENCH_SHAPE, 8)
-    plan = BENCH_PLAN[ctx.profile]
+    plan = ctx.settings
     spec = new_spec("measure", mode, ctx.device, batches, BENCH_SHAPE, lockstep=False,
                     rounds=plan["rounds"], steps_per_round=plan["steps_per_round"])
     launches = [run_hybrid(ctx, spec) for _ in range(plan["launches"])]

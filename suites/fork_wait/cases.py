@@ -19,7 +19,7 @@ import torch
 
 from harness import clean_exit as clean_exit_programs
 from harness import timing
-from harness.cases import Context, Suite, TrackView
+from harness.cases import Context, FromSetting, Suite, TrackView
 from suites.fork_wait import minimal, scripted
 
 suite = Suite(
@@ -32,7 +32,7 @@ suite = Suite(
 # The size of one task: 256x256 matmul+tanh chains take ~10-15 ms per task on one thread
 # here, large enough that fork's scheduling overhead (tens of microseconds) is under 1%.
 TASK_SIZE, TASK_STEPS = 256, 40
-TASKS = {"quick": (1, 2, 4), "full": (1, 2, 4, 8)}
+TASK_COUNTS = (1, 2, 4, 8)  # the numbers of tasks K measured: scaling's full profile
 # A forked configuration whose ideal speedup is at least 2 must reach this share of it;
 # a serial fork reaches about 1/ideal, so the check separates the two with a wide margin.
 MIN_EFFICIENCY = 0.65
@@ -43,7 +43,7 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-TASK_PARAMS = {"quick": [{"tasks": 2}], "full": [{"tasks": k} for k in TASKS["full"]]}
+TASK_PARAMS = {"quick": [{"tasks": 2}], "full": [{"tasks": k} for k in TASK_COUNTS]}
 
 
 def _chains(program, tasks: int, size: int, steps: int):
@@ -129,16 +129,18 @@ def measure_scaling(rank: int, world: int, interop_threads: int, task_counts: li
     return out
 
 
+# `tasks`: the numbers of tasks K timed, serial and forked, in each worker
 @suite.benchmark(params={"quick": [{"interop_threads": n} for n in (1, 2)],
                          "full": [{"interop_threads": n} for n in (1, 2, 4)]},
                  devices=("cpu",), needs=("distributed",),
+                 settings={"quick": {"tasks": (1, 2, 4)}, "full": {"tasks": TASK_COUNTS}},
                  tracks=[TrackView("ForkWaitSpeedup", "Speedup of forked over serial per task "
                                    "count K, from the suite's scaling case.", unit="x",
-                                   labels={"K": TASKS}, tracks=["speedup"])])
+                                   labels={"K": FromSetting("tasks")}, tracks=["speedup"])])
 def scaling(ctx: Context) -> None:
     """Speedup of K forked tasks over serial, against the ideal min(K, cores, threads)."""
     threads = ctx.params["interop_threads"]
-    ks = list(TASKS[ctx.profile])
+    ks = list(ctx.settings["tasks"])
     (res,) = ctx.launch(measure_scaling, 1, (threads, ks, 2 * ctx.min_run_time),
                         timeout_s=300, label="fork_wait worker")
     cores = usable_cores()

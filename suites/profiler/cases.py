@@ -22,6 +22,8 @@ one accuracy table: case, truth, what each API reported, error.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +31,7 @@ from torch.autograd import DeviceType
 from torch.autograd.profiler import record_function
 
 from harness import clean_exit as clean_exit_programs
-from harness.cases import Context, Skip, Suite, TrackView
+from harness.cases import Context, FromSetting, Skip, Suite, TrackView
 from suites.profiler import apis, truth
 
 suite = Suite(
@@ -40,12 +42,10 @@ suite = Suite(
 )
 
 TIME_TOLERANCE = 0.05  # relative; the issue's aim
-# Regions of these lengths (seconds). record_function adds its own cost to each region
-# (region_offset: from ~12 us up to ~460 us measured on quiet 2-core machines here, more
-# when busy), which is up to 10% of a 5 ms region; so the 5% check applies from
-# MIN_CHECKED_S, and shorter regions are reported (time_error) but not checked.
-DURATIONS = {"quick": (5e-3, 20e-3, 100e-3),
-             "full": (1e-3, 2e-3, 5e-3, 10e-3, 50e-3, 100e-3, 500e-3)}
+# timing_accuracy times regions of the lengths its settings declare. record_function adds its
+# own cost to each region (region_offset: from ~12 us up to ~460 us measured on quiet 2-core
+# machines here, more when busy), which is up to 10% of a 5 ms region; so the 5% check
+# applies from MIN_CHECKED_S, and shorter regions are reported (time_error) but not checked.
 MIN_CHECKED_S = 20e-3
 REPEATS = 5  # regions per duration, odd; the median discards a region the OS preempted
 
@@ -56,16 +56,23 @@ BIG = (5120, 5120)  # 104,857,600 B in float32: "over 100 MB"
 SHAPES = ((1,), (7,), (1000,), (1000, 1000), (12345, 3), BIG)
 
 
-def _allocations(profile: str) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:
-    """(factory, dtype, shape) of each known allocation in a profile."""
-    if profile == "quick":
-        rows = [(f, torch.float32, s) for f in FACTORIES for s in ((1,), (1000,), (1000, 1000),
-                                                                   BIG)]
-        rows += [("zeros", d, s) for d in FLOAT_DTYPES[1:] + OTHER_DTYPES
-                 for s in ((7,), (1000, 1000))]
-        return rows
-    return [(f, d, s) for f in FACTORIES for d in FLOAT_DTYPES + OTHER_DTYPES for s in SHAPES
-            if f != "rand" or d in FLOAT_DTYPES]
+@dataclass(frozen=True)
+class Allocations:
+    """Known allocations: each factory of `factories` in each dtype of `dtypes` at each shape of
+    `shapes`, in that order (rand makes floating dtypes only)."""
+
+    factories: tuple[str, ...]
+    dtypes: tuple[torch.dtype, ...]
+    shapes: tuple[tuple[int, ...], ...]
+
+    def __iter__(self) -> Iterator[tuple[str, torch.dtype, tuple[int, ...]]]:
+        return ((f, d, s) for f in self.factories for d in self.dtypes for s in self.shapes
+                if f != "rand" or d in FLOAT_DTYPES)
+
+    def __str__(self) -> str:  # as `list` prints a setting
+        return (f"{'/'.join(self.factories)} x "
+                f"{'/'.join(str(d).removeprefix('torch.') for d in self.dtypes)} x "
+                f"{', '.join('x'.join(map(str, s)) for s in self.shapes)}")
 
 
 def _apis(ctx: Context, names: tuple[str, ...] = apis.API_NAMES) -> tuple[str, ...]:
@@ -92,14 +99,21 @@ def _all_exact(ctx: Context, name: str, pairs: list[tuple[str, int, int | None]]
 # --- known allocations -----------------------------------------------------------------------
 
 
-@suite.conformance(devices=("cpu", "cuda"), tracks=[TrackView(
-    "ProfilerMemoryError", "Largest byte error over the known allocations, per profiler API "
-    "(0 when exact).", unit="B", labels={"api": apis.API_NAMES}, tracks=["max_abs_error"])])
+# `allocations`: the grids of (factory, dtype, shape) allocated, one after another
+@suite.conformance(devices=("cpu", "cuda"), settings={
+    "quick": {"allocations": (
+        Allocations(tuple(FACTORIES), (torch.float32,), ((1,), (1000,), (1000, 1000), BIG)),
+        Allocations(("zeros",), FLOAT_DTYPES[1:] + OTHER_DTYPES, ((7,), (1000, 1000))))},
+    "full": {"allocations": (
+        Allocations(tuple(FACTORIES), FLOAT_DTYPES + OTHER_DTYPES, SHAPES),)}},
+    tracks=[TrackView("ProfilerMemoryError", "Largest byte error over the known allocations, "
+                      "per profiler API (0 when exact).", unit="B",
+                      labels={"api": apis.API_NAMES}, tracks=["max_abs_error"])])
 def known_allocations(ctx: Context) -> None:
     """Known allocations report exactly their bytes (CUDA: the allocator's block), and frees
     the same bytes, negative."""
     device, cuda = ctx.device, ctx.device == "cuda"
-    allocs = _allocations(ctx.profile)
+    allocs = [a for grid in ctx.settings["allocations"] for a in grid]
     labels = [f"{f} {str(d).removeprefix('torch.')} {'x'.join(map(str, s))}"
               for f, d, s in allocs]
     rows = [{"case": label} for label in labels]
@@ -362,16 +376,19 @@ def _host_durations(prof, labels: list[str]) -> list[float]:
     return [e.cpu_time_total / 1e6 for e in sorted(regions, key=lambda e: e.time_range.start)]
 
 
-@suite.conformance(devices=("cpu", "cuda"), tracks=[TrackView(
-    "ProfilerTimeError", "Relative error of a known region's reported duration, per profiler "
-    "API.", unit="%", tracks=["time_error"],
-    labels={"api": apis.API_NAMES,
-            "region": {p: [region_label(d) for d in ds] for p, ds in DURATIONS.items()}})])
+# `durations_s`: the lengths of the regions timed, REPEATS regions each
+@suite.conformance(devices=("cpu", "cuda"), settings={
+    "quick": {"durations_s": (5e-3, 20e-3, 100e-3)},
+    "full": {"durations_s": (1e-3, 2e-3, 5e-3, 10e-3, 50e-3, 100e-3, 500e-3)}},
+    tracks=[TrackView("ProfilerTimeError", "Relative error of a known region's reported "
+                      "duration, per profiler API.", unit="%", tracks=["time_error"],
+                      labels={"api": apis.API_NAMES,
+                              "region": FromSetting("durations_s", region_label)})])
 def timing_accuracy(ctx: Context) -> None:
     """Regions of known length (CPU busy-wait; torch.cuda._sleep on GPU) report their
     duration within 5% (median of REPEATS regions each; checked from 20 ms)."""
     device, cuda = ctx.device, ctx.device == "cuda"
-    durations = DURATIONS[ctx.profile]
+    durations = ctx.settings["durations_s"]
     labels = [region_label(d) for d in durations]
     spin = truth.GpuSleep() if cuda else truth.busy_wait
     rows = {lb: {"case": f"{'cuda._sleep' if cuda else 'busy-wait'} {lb}"} for lb in labels}

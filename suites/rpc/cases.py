@@ -28,7 +28,7 @@ import torch
 
 from harness import clean_exit as clean_exit_programs
 from harness import launch
-from harness.cases import Context, Suite, TrackView
+from harness.cases import Context, FromSetting, Suite, TrackView
 from suites.rpc import measure, paths, workers
 from suites.rpc.caller import GroupSpec
 
@@ -41,11 +41,9 @@ suite = Suite(
 )
 
 KiB, MiB = 2**10, 2**20
-SIZES = {
-    "quick": [4, 64 * KiB, 4 * MiB],
-    "full": [4, 64, KiB, 16 * KiB, 64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB],
-}
-HEADLINE_SIZES = (4, 64 * KiB, 4 * MiB)  # the closing table's columns
+HEADLINE_SIZES = (4, 64 * KiB, 4 * MiB)  # the closing table's columns; round_trip's quick sizes
+# round_trip's full sweep, and the payloads of the workloads' full grid
+SWEEP_SIZES = (4, 64, KiB, 16 * KiB, 64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB)
 BANDWIDTH_FROM = MiB  # bandwidth is reported for payloads of at least this size
 IN_FLIGHT = 8
 BARE_LOOP_TOLERANCE = 0.10  # the suite's TensorPipe p50 within 10% of a bare rpc_sync loop
@@ -64,10 +62,9 @@ PATH_LABELS = {
 # forced to "basic" too, so that payload bytes cross the forced transport rather than the
 # cma channel (process_vm_readv), which TensorPipe prefers between processes of one machine.
 FORCED = ("shm", "uv")
-LAUNCH_TIMEOUT = {"quick": 240.0, "full": 900.0}
 
 DEVICES = ("cpu", "cuda")
-SIZE_PARAMS = {"quick": [{"nbytes": 4}], "full": [{"nbytes": n} for n in SIZES["full"]]}
+SIZE_PARAMS = {"quick": [{"nbytes": 4}], "full": [{"nbytes": n} for n in SWEEP_SIZES]}
 
 
 def size_label(nbytes: int) -> str:
@@ -274,18 +271,31 @@ def _forced_spec(device: str, transport: str) -> GroupSpec:
                      channels=("basic",) if cpu else None)
 
 
+# `launch_timeout_s` bounds each of the case's launches (the main one and one per forced
+# transport); `plan` is how each launch samples every path (measure.Plan).
 @suite.benchmark(devices=DEVICES, needs=("distributed",), options=("sizes", "min_samples"),
+                 settings={
+                     "quick": {"sizes": HEADLINE_SIZES, "launch_timeout_s": 240.0,
+                               "plan": measure.Plan(seconds=0.08, min_samples=30,
+                                                    max_samples=800, rounds=8, sessions=6,
+                                                    warmup_s=0.03)},
+                     "full": {"sizes": SWEEP_SIZES, "launch_timeout_s": 900.0,
+                              "plan": measure.Plan(seconds=0.5, min_samples=20,
+                                                   max_samples=10000, rounds=16, sessions=8,
+                                                   warmup_s=0.2)}},
                  tracks=[TrackView("RoundTripLatency", "p50 and p99 round trip per path and "
                                    "payload, from the suite's round_trip case.", unit="s",
-                                   labels={"path": list(PATH_LABELS), "bytes": SIZES},
+                                   labels={"path": list(PATH_LABELS),
+                                           "bytes": FromSetting("sizes")},
                                    tracks=["p50", "p99"]),
                          TrackView("RoundTripOverFloor", "Each path's p50 over the TCP floor "
                                    "measured beside it.", unit="x", tracks=["over_floor"],
                                    labels={"path": [p for p in PATH_LABELS if p not in FLOORS],
-                                           "bytes": SIZES}),
+                                           "bytes": FromSetting("sizes")}),
                          TrackView("RoundTripRatios", "The suite's TensorPipe p50 over a bare "
                                    "rpc_sync loop, uv over shm, and rpc_async's speedup over "
-                                   "rpc_sync, per payload.", unit="x", labels={"bytes": SIZES},
+                                   "rpc_sync, per payload.", unit="x",
+                                   labels={"bytes": FromSetting("sizes")},
                                    tracks=["suite_over_bare_loop", "uv_over_shm",
                                            "async_speedup"])])
 def round_trip(ctx: Context) -> None:
@@ -294,11 +304,11 @@ def round_trip(ctx: Context) -> None:
 
     `--param sizes=[...]` and `--param min_samples=N` replace the profile's payload sizes and
     samples per path (a slow shaped link needs fewer)."""
-    sizes = [int(n) for n in ctx.params.get("sizes", SIZES[ctx.profile])]
-    plan = measure.PLANS[ctx.profile]
+    sizes = [int(n) for n in ctx.params.get("sizes", ctx.settings["sizes"])]
+    plan = ctx.settings["plan"]
     if "min_samples" in ctx.params:
         plan = dataclasses.replace(plan, min_samples=int(ctx.params["min_samples"]))
-    timeout = LAUNCH_TIMEOUT[ctx.profile] * (2 if "sizes" in ctx.params else 1)
+    timeout = ctx.settings["launch_timeout_s"] * (2 if "sizes" in ctx.params else 1)
     # shm cannot cross hosts: across hosts only uv is forced
     forced_transports = ("uv",) if ctx.across_hosts else FORCED
     main, forced = _launch_round_trips(ctx, sizes, plan, forced_transports, timeout)
@@ -461,10 +471,9 @@ def _closing_rows(p50: dict, sizes: list[int]) -> list[dict[str, Any]]:
     return rows
 
 
-BATCH_BENCH = {"quick": [{"requests": 8}], "full": [{"requests": r} for r in (4, 8, 16)]}
-
-
-@suite.benchmark(params=BATCH_BENCH, devices=("cpu",), needs=("distributed",),
+@suite.benchmark(params={"quick": [{"requests": 8}],
+                         "full": [{"requests": r} for r in (4, 8, 16)]},
+                 devices=("cpu",), needs=("distributed",),
                  tracks=[TrackView("BatchedUpdateSpeedup", "Batched-update throughput with "
                                    "async_execution over the blocking handler.", unit="x",
                                    tracks=["async_over_blocking"])])

@@ -35,20 +35,15 @@ Sampler = Callable[[int], list[float]]
 
 @dataclass(frozen=True)
 class Plan:
+    """How one launch samples every path; each profile's is declared with the round_trip
+    case (cases.py)."""
+
     seconds: float  # per path and session
     min_samples: int  # per path and session
     max_samples: int
     rounds: int  # per session; a round is one block of calls of each path
     sessions: int = 2  # fresh RPC sessions, each measuring every path
     warmup_s: float = 0.05
-
-
-PLANS = {
-    "quick": Plan(seconds=0.08, min_samples=30, max_samples=800, rounds=8, sessions=6,
-                  warmup_s=0.03),
-    "full": Plan(seconds=0.5, min_samples=20, max_samples=10000, rounds=16, sessions=8,
-                 warmup_s=0.2),
-}
 
 
 def per_call(fn: Callable[[], object]) -> Sampler:
