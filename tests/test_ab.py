@@ -56,31 +56,6 @@ def _flagged(comparison: dict, verdict: str) -> set[tuple]:
             if c["verdict"] == verdict}
 
 
-def test_ab_writes_its_rounds_merged_sides_and_verdicts_and_judges_them_again(tmp_path):
-    out = tmp_path / "out"
-    proc = subprocess.run([BIN / "release-bench", "ab", sys.executable, sys.executable,
-                           "--suite", "profiler", "--case", "overhead", "--rounds", "2",
-                           "--out", str(out), "--calibration", "none"],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr[-2000:]  # 1: a false alarm
-    (where,) = list(out.glob("ab-*"))
-    cmp = json.loads((where / "comparison.json").read_text())
-    assert sum(cmp["counts"].values()) == len(cmp["changes"]) >= 4
-    folders = sorted(f.name for f in (where / "rounds").iterdir())
-    assert folders == [f"profiler.overhead-{r:02d}-{s}" for r in range(2) for s in "AB"]
-    assert "2 rounds per side, round by round (ABBA" in proc.stdout
-    for side in ("A", "B"):
-        run = records.read_run(where / f"side-{side}.json")
-        assert run.ab["schedule"] == "ABBA"
-        assert {e.details["rounds"] for e in run.results} == {2}
-        assert (where / "logs" / f"side-{side}.log").stat().st_size > 0
-    again = subprocess.run([BIN / "release-bench", "ab", "--judge", str(where),
-                            "--calibration", "none"], capture_output=True, text=True,
-                           timeout=300)
-    assert again.returncode == proc.returncode, again.stderr
-    assert json.loads((where / "comparison.json").read_text())["changes"] == cmp["changes"]
-
-
 @pytest.mark.validation
 def test_ab_of_one_environment_against_itself_flags_nothing(tmp_path):
     proc, cmp = _ab(sys.executable, sys.executable, tmp_path, AA_ROUNDS)  # no history floor

@@ -113,11 +113,14 @@ def test_the_calibrations_floor_holds_a_figure_that_looked_steady_by_chance():
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_calibrate_runs_an_aa_here_and_writes_the_machines_calibration(tmp_path):
+    """A real calibration: an A/A campaign of the profiler's overhead (one live campaign of the
+    test suite, so its ab folder is checked here too), and the calibration written from it."""
     out = subprocess.run([BIN / "release-bench", "calibrate", "--suite", "profiler", "--case",
                           "overhead", "--rounds", "3", "--out", str(tmp_path / "cal"),
                           "--work", str(tmp_path / "work")],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    _check_the_ab_folder(next((tmp_path / "work").glob("ab-*")), rounds=3)
     (path,) = (tmp_path / "cal").glob("*.json")
     doc = json.loads(path.read_text())
     assert doc["schema"] == calibration.SCHEMA and doc["measured"]["rounds"] == 3
@@ -130,3 +133,22 @@ def test_calibrate_runs_an_aa_here_and_writes_the_machines_calibration(tmp_path)
     bad = subprocess.run([BIN / "release-bench", "calibrate", "--rounds", "2"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "at least 3" in bad.stderr
+
+
+def _check_the_ab_folder(where: Path, rounds: int) -> None:
+    """A campaign's folder: its rounds round by round, each side's merged run and log, the
+    verdicts, and `ab --judge` giving the same verdicts again from the stored rounds."""
+    cmp = json.loads((where / "comparison.json").read_text())
+    assert sum(cmp["counts"].values()) == len(cmp["changes"]) >= 4
+    folders = sorted(f.name for f in (where / "rounds").iterdir())
+    assert folders == [f"profiler.overhead-{r:02d}-{s}" for r in range(rounds) for s in "AB"]
+    for side in ("A", "B"):
+        run = records.read_run(where / f"side-{side}.json")
+        assert run.ab["schedule"] == "ABBAAB"[:2 * rounds]
+        assert {e.details["rounds"] for e in run.results} == {rounds}
+        assert (where / "logs" / f"side-{side}.log").stat().st_size > 0
+    again = subprocess.run([BIN / "release-bench", "ab", "--judge", str(where),
+                            "--calibration", "none"], capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert json.loads((where / "comparison.json").read_text())["changes"] == cmp["changes"]
