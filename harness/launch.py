@@ -380,6 +380,14 @@ class Cluster(Protocol):
                env: dict[str, str] | None, label: str, store_port: int | None,
                started: dict[int, int] | None = None) -> list[Any]: ...
 
+    def hosts(self) -> list[dict[str, Any]]:
+        """One entry per host, for the run record."""
+        ...
+
+    def take_placements(self) -> list[dict[str, str]]:
+        """The hosts each rank of the launches since the last call ran on."""
+        ...
+
 
 def bind_address() -> str:
     """The address a worker's own listeners (the TCP floor's echo, say) bind to: this host's

@@ -33,7 +33,7 @@ from harness.launch import LaunchError
 from harness.telemetry import Telemetry
 
 if TYPE_CHECKING:
-    from harness.nodes import Cluster
+    from harness.launch import Cluster
 
 MAX_REASON = 400
 

@@ -13,7 +13,7 @@ from harness.commands import common
 from harness.commands.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 
 if TYPE_CHECKING:
-    from harness.nodes import Cluster
+    from harness.launch import Cluster
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
