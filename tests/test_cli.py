@@ -107,6 +107,17 @@ def test_list_prints_each_cases_declared_settings_for_the_profile(profile, capsy
                            if p != profile), c.id  # the profile asked for only
     for case, lines in DECLARED[profile].items():
         assert {prefix + x for x in lines} <= set(blocks[case]), case
+    # a benchmark's rounds in a campaign, by this machine's calibration (its factor, or 1)
+    from harness import calibration, machine
+    from harness.commands.ab import DEFAULT_ROUNDS
+
+    cal, _ = calibration.for_machine(machine.fingerprint())
+    for suite in registry.all_suites():
+        for c in suite.cases:
+            if c.kind == "benchmark":
+                factor = cal.rounds_factor.get(f"{suite.name}.{c.name}", 1) if cal else 1
+                assert (f"campaign rounds: {factor * DEFAULT_ROUNDS} a side by default (rounds "
+                        f"factor {factor})") in blocks[c.id], c.id
 
 
 @pytest.mark.parametrize("profile", PROFILES)

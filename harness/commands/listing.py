@@ -11,13 +11,18 @@ from harness.commands.common import EXIT_OK
 
 
 def main(args) -> int:
-    from harness import registry
+    from harness import calibration, machine, registry
+    from harness.commands.ab import DEFAULT_ROUNDS
 
     profiles = [args.profile] if args.profile else list(PROFILES)
     for p in profiles:
         print(f"profile {p}: {MIN_RUN_TIME[p]:g} s of measurement per timed statement by default")
     print("under each case, 'PROFILE: NAME in VALUES' is a parameter its runs take, "
           "'PROFILE: NAME = VALUE' a setting each run uses")
+    # a benchmark's rounds in ab and matrix are the machine's to say, not the profile's
+    cal, cal_line = calibration.for_machine(machine.fingerprint())
+    print(f"campaign rounds (ab, matrix): {DEFAULT_ROUNDS} a side by default, times a "
+          f"benchmark's rounds factor; {cal_line}")
     for suite in registry.all_suites():
         print(f"{suite.name}: {suite.feature} (1.6 status: {suite.status})")
         print(f"  {suite.summary}")
@@ -30,6 +35,10 @@ def main(args) -> int:
             for p in profiles:
                 for line in c.describe_params(p) + c.describe_settings(p):
                     print(f"  {'':<11} {p}: {line}")
+            if c.kind == "benchmark":
+                factor = cal.rounds_factor.get(f"{suite.name}.{c.name}", 1) if cal else 1
+                print(f"  {'':<11} campaign rounds: {factor * DEFAULT_ROUNDS} a side by default "
+                      f"(rounds factor {factor})")
         for w in suite.workloads:
             print(f"  {'workload':<11} {w.name:<34} [devices: {'/'.join(w.devices)}] {w.doc}")
     return EXIT_OK
