@@ -28,7 +28,7 @@ SIDES = ("A", "B")
 
 def ab(a: str, b: str, units: list[Unit], run_args: list[str], rounds: int, out_dir: Path,
        progress: Callable[[str], None], thresholds: dict[str, float] | None = None,
-       history: list[dict] | None = None, max_rounds: int | None = None,
+       history: list[records.Run] | None = None, max_rounds: int | None = None,
        cal: Calibration | None = None) -> dict[str, Any]:
     """Run the A/B comparison; returns {"A": run, "B": run, "changes": [...], "dir": Path, ...}.
     With `max_rounds` above `rounds`, a benchmark with inconclusive figures after its rounds
@@ -75,7 +75,8 @@ def schedule(rounds: int) -> str:
 
 
 def judge(base: Path, thresholds: dict[str, float] | None = None,
-          history: list[dict] | None = None, cal: Calibration | None = None) -> dict[str, Any]:
+          history: list[records.Run] | None = None,
+          cal: Calibration | None = None) -> dict[str, Any]:
     """The verdicts of an A/B comparison from its stored rounds: each side merged, judged
     with the rounds' spread (and the history's and the calibration's as floors under it)."""
     try:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness.records import Check
+from harness.records import Check, Result
 from harness.records import Metric as RecordedMetric
 
 if TYPE_CHECKING:  # imported where used, so that the CLI can start (and explain) without torch
@@ -510,9 +510,9 @@ class Suite:
         self.cases: list[Case] = []
         self.workloads: list[Workload] = []
         # the report's figures: each takes the run's entries of this suite (harness.figures)
-        self.figures: list[Callable[[list[dict]], Any]] = []
+        self.figures: list[Callable[[list[Result]], Any]] = []
 
-    def figure(self, func: Callable[[list[dict]], Any]) -> Callable[[list[dict]], Any]:
+    def figure(self, func: Callable[[list[Result]], Any]) -> Callable[[list[Result]], Any]:
         """Declare a report figure (in `suites/<name>/figures.py`, see harness.figures)."""
         self.figures.append(func)
         return func

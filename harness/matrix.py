@@ -146,7 +146,7 @@ def matrix(sides: list[str], units: list[Unit], run_args: list[str], rounds: int
     return {**last, "max_rounds": record["max_rounds"]}
 
 
-def _runs(base: Path, labels: list[str]) -> dict[str, list[dict]]:
+def _runs(base: Path, labels: list[str]) -> dict[str, list[Run]]:
     """Each side's stored rounds, by label (the folders name a side by its position)."""
     by_side = campaign.load_rounds(base)
     return {label: by_side.get(str(i), []) for i, label in enumerate(labels)}

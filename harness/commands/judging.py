@@ -8,7 +8,7 @@ from harness.commands import common
 from harness.commands.common import UsageError
 
 
-def history_runs(spec, cand: dict, exclude: set, required: bool) -> list[dict]:
+def history_runs(spec, cand: records.Run, exclude: set, required: bool) -> list[records.Run]:
     """The readable runs under `spec` of the candidate's machine, hardware and profile, oldest
     first."""
     from pathlib import Path
@@ -43,7 +43,7 @@ def history_runs(spec, cand: dict, exclude: set, required: bool) -> list[dict]:
     return sorted(runs, key=lambda r: r.started)
 
 
-def history_line(history: list[dict] | None, changes) -> str:
+def history_line(history: list[records.Run] | None, changes) -> str:
     """What the spread between runs came from, and the changes it lets one detect."""
     if not history or len(history) < 2:
         return ("no history of this machine beside the baseline: the spread between runs is "
