@@ -184,7 +184,7 @@ def more_rounds(units: list[Unit], rounds: int) -> dict[str, int]:
 
 
 def unit_of(case_key: str) -> str:
-    """The benchmark unit that measured a result (`compare.result_key`: suite/case[...])."""
+    """The benchmark unit that measured a result (`records.Result.key`: suite/case[...])."""
     return case_key.split("[", 1)[0].replace("/", ".", 1)
 
 
