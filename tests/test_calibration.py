@@ -115,24 +115,34 @@ def test_the_calibrations_floor_holds_a_figure_that_looked_steady_by_chance():
 def test_calibrate_runs_an_aa_here_and_writes_the_machines_calibration(tmp_path):
     """A real calibration: an A/A campaign of the profiler's overhead (one live campaign of the
     test suite, so its ab folder is checked here too), and the calibration written from it."""
+    from harness import campaign
+
+    bad = subprocess.run([BIN / "release-bench", "calibrate", "--rounds", "2"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "at least 3" in bad.stderr
     out = subprocess.run([BIN / "release-bench", "calibrate", "--suite", "profiler", "--case",
                           "overhead", "--rounds", "3", "--out", str(tmp_path / "cal"),
                           "--work", str(tmp_path / "work")],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    _check_the_ab_folder(next((tmp_path / "work").glob("ab-*")), rounds=3)
+    where = next((tmp_path / "work").glob("ab-*"))
+    _check_the_ab_folder(where, rounds=3)
     (path,) = (tmp_path / "cal").glob("*.json")
     doc = json.loads(path.read_text())
     assert doc["schema"] == calibration.SCHEMA and doc["measured"]["rounds"] == 3
+    assert f"calibration written to {path}" in out.stdout
+    assert doc["measured"]["aa_counts"]["regression"] == 0
+    busy = [e.contended() for runs in campaign.load_rounds(where).values() for run in runs
+            for e in run.results if not e.valid]
+    if busy:
+        # a round measured on a contended machine is left out: 3 rounds then leave too few
+        # pairs to measure a spread from, and the calibration has no figures to check
+        pytest.skip(f"an A/A round was measured contended ({busy[0]})")
     assert {f["case"] for f in doc["families"]} == {"profiler/overhead"}
     assert "profiler.overhead" in doc["rounds_factor"]
-    assert "rounds for 10%" in out.stdout and f"calibration written to {path}" in out.stdout
-    assert doc["measured"]["aa_counts"]["regression"] == 0
+    assert "rounds for 10%" in out.stdout
     # compare and ab read it by the machine's name: here, through --calibration
     assert calibration.Calibration.from_json(doc).figures
-    bad = subprocess.run([BIN / "release-bench", "calibrate", "--rounds", "2"],
-                         capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "at least 3" in bad.stderr
 
 
 def _check_the_ab_folder(where: Path, rounds: int) -> None:
