@@ -192,8 +192,7 @@ class CaseFigures:
             raise NotAvailable(f"{self.case} on {device}: {reason}")
         self.entry = entry
         self.chosen_labels = {k: v for k, v in chosen.items() if k not in p}
-        if not any(all(m.labels.get(k) == v for k, v in self.chosen_labels.items())
-                   for m in entry.metrics):
+        if not any(m.has_labels(self.chosen_labels) for m in entry.metrics):
             raise NotAvailable(f"{self.case} recorded nothing for {self.chosen_labels} "
                                f"on {device}")
 
@@ -227,7 +226,7 @@ def run_case(case: Case, device: str, params: Params) -> Result:
 def find_metric(entry: Result, name: str, **labels: Any) -> Metric:
     """The metric `name` whose labels include `labels`."""
     for m in entry.metrics:
-        if m.name == name and all(m.labels.get(k) == v for k, v in labels.items()):
+        if m.name == name and m.has_labels(labels):
             return m
     raise KeyError(f"{entry.case_id} recorded no metric {metric_id(name, labels)!r}")
 

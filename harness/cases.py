@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.records import Check, Result
 from harness.records import Metric as RecordedMetric
+from harness.records import param_id as param_id  # how a parameter set is written, once
 
 if TYPE_CHECKING:  # imported where used, so that the CLI can start (and explain) without torch
     from harness import launch, timing
@@ -56,10 +57,6 @@ def grid(**axes: Sequence[Any]) -> list[Params]:
     """All combinations of the given parameter values, as a list of dicts."""
     names = list(axes)
     return [dict(zip(names, values, strict=True)) for values in itertools.product(*axes.values())]
-
-
-def param_id(params: Params) -> str:
-    return "-".join(f"{k}={v}" for k, v in params.items()) or "default"
 
 
 class SettingsError(ValueError):

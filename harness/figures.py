@@ -95,7 +95,7 @@ def by_label(entry: Result, name: str, label: str, **fixed: Any) -> dict[Any, Me
         if m.value is None:
             continue
         if m.name == name and label in m.labels:
-            if all(m.labels.get(k) == v for k, v in fixed.items()):
+            if m.has_labels(fixed):
                 out[m.labels[label]] = m
         elif not fixed and (hit := re.fullmatch(
                 rf"{re.escape(name)}\[(?:{re.escape(label)}=)?(.+)\]", m.name)):

@@ -100,8 +100,8 @@ class RecordError(Exception):
     """A run file that cannot be read as a run record (the message is one line)."""
 
 
-def _param_id(params: Mapping[str, Any]) -> str:
-    # as harness.cases.param_id (records must not import the defining layer)
+def param_id(params: Mapping[str, Any]) -> str:
+    """A parameter set as people read it: n=1-device=cpu ("default" when empty)."""
     return "-".join(f"{k}={v}" for k, v in params.items()) or "default"
 
 
@@ -149,6 +149,10 @@ class Metric:
     @property
     def key(self) -> MetricKey:
         return MetricKey.of(self.name, self.labels)
+
+    def has_labels(self, labels: Mapping[str, Any]) -> bool:
+        """Whether its labels include `labels` (the ones it has beyond them do not matter)."""
+        return all(self.labels.get(k) == v for k, v in labels.items())
 
     @property
     def quantile(self) -> float:
@@ -243,7 +247,7 @@ class Result:
     @property
     def key(self) -> str:
         """Its identity within a run: suite/case[device params]."""
-        return f"{self.suite}/{self.case}[{self.device} {_param_id(self.params)}]"
+        return f"{self.suite}/{self.case}[{self.device} {param_id(self.params)}]"
 
     @property
     def case_id(self) -> str:
