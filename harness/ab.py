@@ -43,6 +43,7 @@ def ab(a: str, b: str, units: list[Unit], run_args: list[str], rounds: int, out_
     meta = {**{s.key: {"python": str(s.python), "torch": s.torch} for s in sides},
             "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
             "rounds": rounds, "schedule": schedule(rounds), "order": "round by round",
+            "design": design_of(units),
             "more_rounds": campaign.more_rounds(units, rounds),
             "suites": list(dict.fromkeys(u.suite for u in units)),
             "groups": [u.name for u in units]}
@@ -67,6 +68,28 @@ def ab(a: str, b: str, units: list[Unit], run_args: list[str], rounds: int, out_
     meta["max_rounds"] = ext.to_json()
     records.write_json_atomic(run.base / "ab.json", meta)
     return {**last, "judged": ext.judged}
+
+
+def design_of(units: list[Unit]) -> dict[str, Any]:
+    """How the campaign measures: sequential rounds, or duets for its duet units, each side
+    on a half of these CPUs in a round (harness.duet)."""
+    duets = [u.name for u in units if u.duet]
+    if not duets:
+        return {"kind": "sequential"}
+    from harness import duet
+
+    return {"kind": "duet", "duet_units": duets, "halves": [list(h) for h in duet.halves()],
+            "swap": "the halves swap every other round; judged per swapped pair"}
+
+
+def measured_as_duet(base: Path) -> bool:
+    """Whether a stored ab folder ran duets (then its verdicts read the duet calibration);
+    False for a folder that is not one (`judge` says why)."""
+    try:
+        meta = json.loads((base / "ab.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return (meta.get("design") or {}).get("kind") == "duet"
 
 
 def schedule(rounds: int) -> str:
@@ -100,4 +123,5 @@ def judge(base: Path, thresholds: dict[str, float] | None = None,
         "calibration": cal.source if cal else None,
         "counts": compare.counts(changes), "changes": [c.to_json() for c in changes]})
     return {**merged, "changes": changes, "dir": base, "versions": versions,
-            "rounds": meta["rounds"], "schedule": meta["schedule"], "more_rounds": more}
+            "rounds": meta["rounds"], "schedule": meta["schedule"], "more_rounds": more,
+            "design": meta.get("design", {"kind": "sequential"})}

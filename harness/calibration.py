@@ -88,6 +88,11 @@ class Calibration:
     source: str = ""
     measured: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def design(self) -> str:
+        """The rounds it calibrates: "sequential" (ab's) or "duet" (ab --duet's)."""
+        return self.measured.get("design", "sequential")
+
     def floor(self, key: Key, family: tuple[str, str], paired: bool) -> float | None:
         """The variance a figure's prior must reach: of a round's log ratio (paired), or of
         one run's log value (separate runs: half of it, a lower bound, since separate runs
@@ -135,8 +140,10 @@ class Calibration:
                    doc.get("measured", {}))
 
 
-def path_for(machine_name: str, root: Path = CALIBRATIONS) -> Path:
-    return root / f"{machine_name}.json"
+def path_for(machine_name: str, root: Path = CALIBRATIONS, design: str = "sequential") -> Path:
+    """`<machine>.json` for sequential rounds, `<machine>.duet.json` for a duet's."""
+    return root / (f"{machine_name}.json" if design == "sequential"
+                   else f"{machine_name}.{design}.json")
 
 
 def read(path: Path | str) -> Calibration:
@@ -145,16 +152,19 @@ def read(path: Path | str) -> Calibration:
     return Calibration.from_json(json.loads(Path(path).read_text()), str(path))
 
 
-def for_machine(fingerprint: dict, root: Path = CALIBRATIONS) -> tuple[Calibration | None, str]:
-    """This machine's calibration, and one line saying which one is used (or why none)."""
+def for_machine(fingerprint: dict, root: Path = CALIBRATIONS,
+                design: str = "sequential") -> tuple[Calibration | None, str]:
+    """This machine's calibration of `design` rounds, and one line saying which one is used
+    (or why none)."""
     from harness import machine
 
-    path = path_for(fingerprint.get("name", "?"), root)
+    path = path_for(fingerprint.get("name", "?"), root, design)
     fallback = ("conservative defaults: no sessions trusted alone, every family at least as "
                 "wide as its kind, no further rounds")
     if not path.exists():
+        again = "release-bench calibrate" + (" --duet" if design == "duet" else "")
         return None, (f"no calibration of {fingerprint.get('name')} ({path.name}): "
-                      f"{fallback}; run `release-bench calibrate`")
+                      f"{fallback}; run `{again}`")
     try:
         cal = read(path)
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -168,5 +178,5 @@ def for_machine(fingerprint: dict, root: Path = CALIBRATIONS) -> tuple[Calibrati
 
 
 def write(cal: Calibration, root: Path = CALIBRATIONS) -> Path:
-    return records.write_json_atomic(path_for(cal.machine.get("name", "unknown"), root),
-                                     cal.to_json())
+    return records.write_json_atomic(path_for(cal.machine.get("name", "unknown"), root,
+                                              cal.design), cal.to_json())

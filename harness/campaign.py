@@ -8,7 +8,9 @@ an order rotated from round to round (A B, then B A, for two sides), so that eac
 first as often as the others, and a state of a shared machine that lasts a minute (a busy
 neighbour, the page cache) falls on one round of every side rather than on rounds of one side.
 The variance between processes, which dominates on a shared machine, is so sampled on each
-side, and a round's sides, measured back to back, pair.
+side, and a round's sides, measured back to back, pair. A duet unit (`ab --duet`, see
+`harness.duet`) runs a round's two sides at once instead, each pinned to its half of the
+CPUs, the halves swapped every other round, and is judged per swapped pair of rounds.
 
 On disk a campaign is a folder: `rounds/<unit>-<round>-<side>/` holds each process's run,
 `logs/side-<side>.log` its output, `side-<side>.json` each side's merged run (samples pooled,
@@ -20,14 +22,17 @@ inconclusive figures gets the further rounds its spread says would decide them, 
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -107,6 +112,9 @@ class Unit:
     # its rounds are this many times the campaign's: more where this machine's calibration
     # found its figures' level drawn per process (harness.calibration)
     rounds_factor: int = 1
+    # run as a duet (harness.duet): both sides of a round at once, on the CPU, each on its
+    # half of the machine, the halves swapped from round to round
+    duet: bool = False
 
     @property
     def name(self) -> str:
@@ -114,22 +122,27 @@ class Unit:
         return f"{self.suite}.{self.cases[0]}" if self.benchmark else self.suite
 
     def rounds_of(self, rounds: int) -> int:
-        """Its rounds in a campaign of `rounds` rounds."""
-        return rounds * self.rounds_factor
+        """Its rounds in a campaign of `rounds` rounds: a duet's are swapped pairs of rounds,
+        each pair in about the wall time of one sequential round (both sides run at once)."""
+        return rounds * self.rounds_factor * (2 if self.duet else 1)
 
     def selection(self) -> list[str]:
         """The `run` options that select this unit's cases."""
-        return ["--suite", self.suite, *(a for case in self.cases for a in ("--only", case))]
+        device = ["--device", "cpu"] if self.duet else []  # one GPU cannot be halved fairly
+        return ["--suite", self.suite, *(a for case in self.cases for a in ("--only", case)),
+                *device]
 
 
 def units(suites: list[str], case_filter: str | None = None,
-          skip: Iterable[str] = (), cal: Calibration | None = None) -> list[Unit]:
+          skip: Iterable[str] = (), cal: Calibration | None = None,
+          duet: bool = False) -> list[Unit]:
     """The units of the selected cases, suite by suite: the conformance cases, then each
     benchmark case on its own. A benchmark in a process of its own is measured on the sides
     of a round a process start apart, not a whole suite apart: the level of a DDP+RPC step
     drifts within a minute here (5.1 to 7.7 ms over one ab's rounds), and while its suite ran
     between the two sides it escaped a 25% slowdown that an ab of that case alone caught.
-    A benchmark's rounds factor comes from this machine's calibration `cal` (1 without)."""
+    A benchmark's rounds factor comes from this machine's calibration `cal` (1 without).
+    With `duet`, each benchmark declared duet-capable is a duet unit."""
     from harness import registry, runner
 
     out = []
@@ -140,7 +153,8 @@ def units(suites: list[str], case_filter: str | None = None,
         for c in cases:
             if c.kind == "benchmark":
                 factor = cal.rounds_factor.get(f"{name}.{c.name}", 1) if cal else 1
-                out.append(Unit(name, (c.name,), benchmark=True, rounds_factor=factor))
+                out.append(Unit(name, (c.name,), benchmark=True, rounds_factor=factor,
+                                duet=duet and c.duet))
     return out
 
 
@@ -190,19 +204,32 @@ def unit_of(case_key: str) -> str:
 
 # ---------------------------------------------------------------- running and the folder
 
-def run_round(python: Path, selection: list[str], args: list[str], out: Path,
-              log: Path) -> Path | None:
-    """One fresh process running the cases `selection` names (`--suite S`, maybe `--only C`);
-    the run file it wrote, or None."""
+def start_round(python: Path, selection: list[str], args: list[str], out: Path,
+                log: Path) -> tuple[subprocess.Popen, IO[bytes]]:
+    """Start one fresh process running the cases `selection` names (`--suite S`, maybe
+    `--only C`), its output appended to `log`: the process and the open log."""
     cmd = [str(python), "-m", "harness.cli", "run", *selection, "--out", str(out), *args]
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as f:
-        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_checkout_env(), cwd=ROOT,
-                       check=False)
+    f = open(log, "ab")  # noqa: SIM115 (closed by the caller once the process ended)
+    return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=_checkout_env(),
+                            cwd=ROOT), f
+
+
+def _written(out: Path) -> Path | None:
     try:
         return records.resolve_run(out)
     except records.RecordError:
         return None
+
+
+def run_round(python: Path, selection: list[str], args: list[str], out: Path,
+              log: Path) -> Path | None:
+    """One fresh process running the cases `selection` names; the run file it wrote, or
+    None."""
+    proc, f = start_round(python, selection, args, out, log)
+    with f:
+        proc.wait()
+    return _written(out)
 
 
 def log_path(base: Path, key: str) -> Path:
@@ -227,17 +254,61 @@ class Campaign:
 
     def run(self, steps: list[Step]) -> None:
         """Run the processes of `steps`, each writing its run under `rounds/`; raises
-        CampaignError on the first that wrote none."""
-        for n, (unit, r, i) in enumerate(steps, 1):
-            side = self.sides[i]
-            self.progress(f"[{n}/{len(steps)}] {side.label} {unit.name} (round {r + 1}) ...")
-            t0 = time.perf_counter()
-            log = log_path(self.base, side.key)
-            where = self.base / "rounds" / f"{unit.name}-{r:02d}-{side.key}"
-            if run_round(side.python, unit.selection(), self.run_args, where, log) is None:
-                raise CampaignError(f"{side.label} (torch {side.torch}) wrote no run for "
-                                    f"{unit.name}; see {log}")
-            self.progress(f"[{n}/{len(steps)}] done in {time.perf_counter() - t0:.0f} s")
+        CampaignError on the first that wrote none. The steps of a duet unit's round run
+        together (`run_duet`)."""
+        n, total = 0, len(steps)
+        for (unit, r), group in itertools.groupby(steps, key=lambda s: (s.unit, s.round)):
+            sides = [self.sides[i] for _, _, i in group]
+            # a duet's sides run at once: one line for both
+            for batch in [sides] if unit.duet else [[side] for side in sides]:
+                t0 = time.perf_counter()
+                n += len(batch)
+                what = " with ".join(s.label for s in batch)
+                self.progress(f"[{n}/{total}] {what} {unit.name} (round {r + 1}"
+                              f"{', a duet' if unit.duet else ''}) ...")
+                if unit.duet:
+                    self.run_duet(unit, r, batch)
+                else:
+                    self.run_one(unit, r, batch[0])
+                self.progress(f"[{n}/{total}] done in {time.perf_counter() - t0:.0f} s")
+
+    def _where(self, unit: Unit, r: int, side: Side) -> Path:
+        return self.base / "rounds" / f"{unit.name}-{r:02d}-{side.key}"
+
+    def _missing(self, unit: Unit, side: Side) -> CampaignError:
+        return CampaignError(f"{side.label} (torch {side.torch}) wrote no run for {unit.name}; "
+                             f"see {log_path(self.base, side.key)}")
+
+    def run_one(self, unit: Unit, r: int, side: Side) -> None:
+        if run_round(side.python, unit.selection(), self.run_args, self._where(unit, r, side),
+                     log_path(self.base, side.key)) is None:
+            raise self._missing(unit, side)
+
+    def run_duet(self, unit: Unit, r: int, sides: list[Side]) -> None:
+        """Both sides of a round at once, each pinned to its half of the machine (the halves
+        swapped every other round), starting each case together at a barrier."""
+        from harness import duet
+
+        halves = duet.halves()
+        barrier = self.base / "barriers" / f"{unit.name}-{r:02d}"
+        procs = []
+        for side in sides:
+            # A on the first half in even rounds, on the second in odd ones
+            cpus = halves[(self.sides.index(side) + r) % 2]
+            extra = ["--cpus", duet.cpu_list_text(cpus), "--barrier", str(barrier)]
+            procs.append((side, start_round(side.python, unit.selection(),
+                                            [*self.run_args, *extra],
+                                            self._where(unit, r, side),
+                                            log_path(self.base, side.key))))
+        for _, (proc, log) in procs:
+            proc.wait()
+            log.close()
+        shutil.rmtree(barrier, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the last round's leaves the folder empty
+            barrier.parent.rmdir()
+        for side, _ in procs:
+            if _written(self._where(unit, r, side)) is None:
+                raise self._missing(unit, side)
 
 
 def new_folder(out_dir: Path, kind: str) -> Path:
@@ -317,19 +388,38 @@ def merge_runs(runs: list[Run]) -> Run:
 
 # ---------------------------------------------------------------- judging two sides
 
-def _values(runs: list[Run]) -> dict[tuple, dict[int, tuple[float, list[float] | None]]]:
+def _values(runs: list[Run]) -> tuple[dict[tuple, dict[int, tuple[float, list[float] | None]]],
+                                       set[str]]:
     """Each metric's value in each valid round, by round (the run's place among this side's
     runs of its case): one value per fresh process, with the figure in each of that
-    process's sessions where the case measures in sessions."""
+    process's sessions where the case measures in sessions. Also the cases measured in a
+    duet (`Run.measured`)."""
     out: dict[tuple, dict[int, tuple[float, list[float] | None]]] = {}
     seen: dict[str, int] = {}  # case -> runs of it so far, contended ones too
+    duets = set()
     for run in runs:
         for e in run.results:
+            if (run.measured or {}).get("design") == "duet":
+                duets.add(e.key)
             if e.valid:
                 for m in e.metrics:
                     if (v := compare.run_value(m)) is not None:
                         out.setdefault((e.key, m.key), {})[seen.get(e.key, 0)] = (v, m.sessions)
             seen[e.key] = seen.get(e.key, 0) + 1
+    return out, duets
+
+
+def _swapped_pairs(values: dict[int, tuple[float, list[float] | None]],
+                   rounds: list[int]) -> dict[int, tuple[float, list[float] | None]]:
+    """A duet's rounds 2k and 2k+1 (the halves swapped between them) as one value each: the
+    geometric mean of the two (so that a pair's ratio is the mean of its rounds' log ratios),
+    their sessions together. A pair with a round missing is left out."""
+    out = {}
+    for k in sorted({r // 2 for r in rounds}):
+        if 2 * k in rounds and 2 * k + 1 in rounds:
+            (x, xs), (y, ys) = values[2 * k], values[2 * k + 1]
+            sessions = [*xs, *ys] if xs and ys else None
+            out[k] = (math.sqrt(x * y), sessions)
     return out
 
 
@@ -351,10 +441,16 @@ def round_values(a_runs: list[Run], b_runs: list[Run]) -> compare.Replicates:
     to back, so a state of the machine that lasts minutes moves both alike (in one A/A here a
     GEMM's time varied 10% from process to process, its B/A ratio within a round 4%). A figure
     measured in sessions also brings the spread its sessions predict for a round's ratio."""
-    a, b = _values(a_runs), _values(b_runs)
+    (a, duet_a), (b, duet_b) = _values(a_runs), _values(b_runs)
     out: compare.Replicates = {}
     for k in a.keys() & b.keys():
         common = sorted(a[k].keys() & b[k].keys())
+        if k[0] in duet_a and k[0] in duet_b:
+            # a duet is judged per swapped pair of rounds, in which a slow half of the
+            # machine weighs on both sides alike; a round that either side measured
+            # contended (or alone) leaves its pair out for both
+            a[k], b[k] = _swapped_pairs(a[k], common), _swapped_pairs(b[k], common)
+            common = sorted(a[k])
         if len(common) >= 2:
             out[k] = compare.RoundValues(
                 [a[k][r][0] for r in common], [b[k][r][0] for r in common], paired=True,
@@ -400,7 +496,8 @@ def rounds_to_decide(changes: list[compare.Change], units: list[Unit],
         if not unit.benchmark or not (need := by_unit.get(unit.name)):
             continue
         had, cap = done.get(unit.name, 0), unit.rounds_of(max_rounds)
-        want = min(cap, max(need))
+        # a duet's figures are judged per swapped pair: what they need is pairs of rounds
+        want = min(cap, max(need) * (2 if unit.duet else 1))
         if want > had:
             out[unit.name] = int(want)
     return out

@@ -418,6 +418,9 @@ class Case:
     options: tuple[str, ...] = ()  # parameters it reads when given, beyond its sets' keys
     tracks: tuple[TrackView, ...] = ()  # the figures asv tracks (harness.asv_adapter)
     settings: Settings = Settings()  # what it runs with in each profile (ctx.settings)
+    # whether `ab --duet` may run it as a side of a duet (harness.duet): one process, its
+    # figures CPU-bound and meaningful on half of the machine
+    duet: bool = False
 
     def param_sets(self, profile: str, device: str = "cpu") -> list[Params]:
         return _param_sets(self.params, profile, device)
@@ -516,13 +519,14 @@ class Suite:
 
     def _case(self, kind: str, params: ParamSpec, devices: Sequence[str], needs: Sequence[str],
               sampled: bool = True, options: Sequence[str] = (),
-              tracks: Sequence[TrackView] = (), settings: SettingsSpec | None = None):
+              tracks: Sequence[TrackView] = (), settings: SettingsSpec | None = None,
+              duet: bool = False):
         def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
             declared = Settings.declare(settings, f"{self.name}/{func.__name__}")
             self.cases.append(
                 Case(self.name, func.__name__, kind, func, _first_line(func),
                      params or [{}], tuple(devices), tuple(needs), sampled, tuple(options),
-                     tuple(tracks), declared)
+                     tuple(tracks), declared, duet)
             )
             return func
 
@@ -540,15 +544,18 @@ class Suite:
 
     def benchmark(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                   needs: Sequence[str] = (), sampled: bool = True, options: Sequence[str] = (),
-                  tracks: Sequence[TrackView] = (), settings: SettingsSpec | None = None):
+                  tracks: Sequence[TrackView] = (), settings: SettingsSpec | None = None,
+                  duet: bool = False):
         """Decorator: register a benchmark case (named after the function). `sampled=False`
         keeps the runner's telemetry off while it runs (for cases that sample themselves);
         `options` names parameters it reads when given (the CLI's --param may set them);
         `tracks` declares the figures asv tracks; `settings` are its values by profile (sizes,
-        plans, timeouts: see `Settings`), read from `ctx.settings`. How many rounds `ab` gives
-        it is this machine's calibration's to say."""
+        plans, timeouts: see `Settings`), read from `ctx.settings`. `duet=True`: `ab --duet`
+        runs it on the CPU as a side of a duet (one process whose figures hold on half the
+        machine; see harness.duet). How many rounds `ab` gives it is this machine's
+        calibration's to say."""
         return self._case("benchmark", params, devices, needs, sampled, options, tracks,
-                          settings)
+                          settings, duet)
 
     def workload(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                  needs: Sequence[str] = (), asv_name: str = ""):

@@ -211,6 +211,12 @@ def _family(c: Change) -> tuple[str, str]:
 # no relative spread between runs; changes past their (absolute) tolerance stay unverified
 NO_RELATIVE_SPREAD = ("error", "overhead", "value", "count", "rate")
 MAX_LOG_BAND = math.log(1000.0)  # a band wider than 1000x is reported as none
+# Paired rounds (or a duet's swapped pairs) that a verdict either way needs when no calibration
+# of this machine floors their spread. A figure whose level is drawn per process (a profiler
+# step here: 78 or 100 ms, process by process) can line up on 3 rounds, every A slow and every
+# B fast, and a t-test on 2 degrees of freedom calls that a change: three 3-round A/As of the
+# profiler's overhead gave two false improvements and one false regression. 5 is ab's default.
+MIN_ROUNDS_UNCALIBRATED = 5
 
 
 def _key(c: Change) -> tuple[str, MetricKey]:
@@ -394,6 +400,14 @@ def decide(changes: list[Change], replicates: Replicates | None,
                 c.rounds_to_decide = _rounds_to_decide(
                     change, t95[df] * se, band, rounds)
         _verdict(c, p, q, alpha, i in between, len(tested))
+        if (cal is None and i in between and between[i][4]
+                and between[i][5] < MIN_ROUNDS_UNCALIBRATED
+                and c.verdict in ("regression", "improvement", "unchanged")):
+            c.why = (f"would be {c.verdict} ({c.why}), but {between[i][5]} paired rounds "
+                     f"decide nothing without this machine's calibration (at least "
+                     f"{MIN_ROUNDS_UNCALIBRATED}: a level drawn per process lines up on fewer "
+                     f"by chance)")
+            c.verdict = "inconclusive"
         if c.extra.get("judged_on") == "sessions":
             c.why += f"; judged on its sessions' geometric mean, {c.extra['judged_factor']:.3g}x"
 

@@ -6,6 +6,7 @@ Layout (field names are a contract other tools read; add, never rename):
     {"schema_version": 2, "machine": {...fingerprint...}, "profile": "quick",
      "started": ISO-8601, "finished": ISO-8601 or null while running,
      "command": [...], "notes": [...], "interrupted": true/false,
+     "measured": {"design": "sequential" or "duet", "cpus": [...], "threads": N},
      "results": [{"suite", "case", "kind", "device", "params", "outcome", "reason",
                   "metrics": [{"name", "labels"?, "value", "unit", "kind", "better",
                                "stats"?, "samples"?, "sessions"?}],
@@ -259,6 +260,9 @@ class Result:
             return "measured contended (outcome invalid)"
         if (self.telemetry or {}).get("valid") is False:
             return "measured contended: " + "; ".join(self.telemetry.get("invalid_reasons", []))
+        if (self.details.get("duet") or {}).get("partner") is False:
+            # a duet's side measured without its partner: not under the round's conditions
+            return "measured alone: its duet partner did not reach the barrier"
         return None
 
     @property
@@ -323,11 +327,15 @@ class Run:
     # a side of a campaign merged over its rounds (harness.campaign): which side, its
     # environment and its rounds
     ab: dict[str, Any] | None = None
+    # how its figures were measured: {"design": "sequential" or "duet", "cpus": [...],
+    # "threads": intra-op threads} (absent in runs before duets)
+    measured: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
     _KEYS = ("schema_version", "machine", "profile", "started", "finished", "interrupted",
-             "command", "notes", "results", "telemetry", "hosts", "expectations", "ab")
+             "command", "notes", "results", "telemetry", "hosts", "expectations", "ab",
+             "measured")
 
     @property
     def machine_name(self) -> str:
@@ -352,8 +360,8 @@ class Run:
                    tuple(Result.from_json(e) for e in d.get("results", [])),
                    bool(d.get("interrupted", False)), tuple(d.get("command", [])),
                    tuple(d.get("notes", [])), d.get("telemetry"), d.get("hosts"),
-                   d.get("expectations"), d.get("ab"), d.get("schema_version", SCHEMA_VERSION),
-                   _extra(d, cls._KEYS))
+                   d.get("expectations"), d.get("ab"), d.get("measured"),
+                   d.get("schema_version", SCHEMA_VERSION), _extra(d, cls._KEYS))
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -369,6 +377,8 @@ class Run:
             d["expectations"] = self.expectations
         if self.ab is not None:
             d["ab"] = self.ab
+        if self.measured is not None:
+            d["measured"] = self.measured
         return d | self.extra
 
 
@@ -393,6 +403,21 @@ def scrub_paths(obj: Any, aliases: list[tuple[str, str]] | None = None) -> Any:
     if isinstance(obj, list | tuple):
         return [scrub_paths(v, aliases) for v in obj]
     return obj
+
+
+def shown_path(path: str | Path) -> str:
+    """A path as a committed record may show it: relative to the project where it lies inside,
+    else its alias (`scrub_paths`), else only its name (a scratch folder elsewhere, such as
+    /tmp, is of this machine alone)."""
+    p = Path(path)
+    root = Path(__file__).resolve().parent.parent
+    if not p.is_absolute():
+        return str(p)
+    try:
+        return str(p.resolve().relative_to(root))
+    except ValueError:
+        scrubbed = scrub_paths(str(p))
+        return scrubbed if scrubbed != str(p) else f"<elsewhere>/{p.name}"
 
 
 def now() -> str:

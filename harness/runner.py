@@ -33,6 +33,7 @@ from harness.launch import LaunchError
 from harness.telemetry import Telemetry
 
 if TYPE_CHECKING:
+    from harness.duet import Barrier
     from harness.launch import Cluster
 
 MAX_REASON = 400
@@ -300,6 +301,14 @@ class _SignalGuard:
             signal.signal(s, signal.SIG_DFL if h is None else h)
 
 
+def _measured(barrier: Barrier | None) -> dict[str, Any]:
+    """How this process measures: alone or as a side of a duet, on which CPUs, with how many
+    intra-op threads."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {"design": "sequential" if barrier is None else "duet", "cpus": cpus,
+            "threads": torch.get_num_threads()}
+
+
 def _mark_interrupted(run: records.Run, stop: Interrupted, planned: int) -> records.Run:
     """Say in the record that the run ended early, where, and why. `finished` stays null:
     it is the time of a run that ran to the end."""
@@ -317,11 +326,13 @@ def run(
     progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
     notes: Sequence[str] = (),
     cluster: Cluster | None = None,
+    barrier: Barrier | None = None,
 ) -> tuple[Path, records.Run]:
     """Execute the plan, rewriting the run file atomically after every case.
 
     With `cluster` (node 0 of a run across hosts) every case's workers are spread over its
-    hosts, and the record lists them.
+    hosts, and the record lists them. With `barrier` (a side of a duet, `harness.duet`) each
+    case starts when the other side reaches it too, and its entry says whether it did.
 
     A run interrupted part-way keeps every finished case on disk, with `finished` null.
     SIGINT, SIGTERM or a KeyboardInterrupt abandons the case under way (launch reaps its
@@ -341,7 +352,7 @@ def run(
         run_doc = records.new_run(machine.fingerprint(), profile, command=command,
                                   telemetry=telemetry.info if telemetry is not None else None,
                                   hosts=cluster.hosts() if cluster is not None else None,
-                                  notes=tuple(notes))
+                                  notes=tuple(notes), measured=_measured(barrier))
         path = records.run_path(out_dir, run_doc)
         records.write_run(path, run_doc)
         width = len(str(len(planned)))
@@ -349,7 +360,11 @@ def run(
             guard.install()  # a library may have replaced the handlers during the last case
             where = f"during {p.label} (case {i} of {len(planned)})"
             progress(f"[{i:>{width}}/{len(planned)}] {p.label} ...")
+            met = barrier.wait(f"case-{i}") if barrier is not None else None
             entry = execute(p.case, p.device, p.params, profile, telemetry, cluster=cluster)
+            if met is not None:
+                entry = dataclasses.replace(entry, details={
+                    **entry.details, "duet": {"partner": met[0], "waited_s": round(met[1], 3)}})
             run_doc = run_doc.with_result(entry)
             where = f"after {p.label} (case {i} of {len(planned)})"
             records.write_run(path, run_doc)

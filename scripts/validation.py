@@ -4,6 +4,7 @@ docs/validation.md rendered from them.
     python scripts/validation.py record AB_DIR --name NAME --planted SPEC|A/A \
         [--affected REGEX] [--command TEXT] [--note TEXT]
     python scripts/validation.py render
+    python scripts/validation.py spread AB_DIR ...
 
 `record` reads a stored `ab` (or `calibrate`) folder (its ab.json, comparison.json, merged
 runs and rounds) and writes `results/validation/<date>-<NAME>.json`: the date, commit and
@@ -13,6 +14,9 @@ regressions and how many called unchanged, how many others were flagged (false f
 counts of unchanged and inconclusive figures, the median detectable change and the wall
 time. `render` writes docs/validation.md from every row, oldest first; a test checks that
 the committed page is what `render` makes, so a new experiment is a new row, not new prose.
+`spread` prints each family's sd of log B/A per round (per swapped pair in a duet; a family's
+figure is the 75% quantile of its members', as `calibrate` keeps it) in stored ab folders,
+planted or not: a plant moves the mean, not the spread about it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = ROOT / "results" / "validation"
 PAGE = ROOT / "docs" / "validation.md"
+CALIBRATIONS = ROOT / "results" / "calibration"
 sys.path.insert(0, str(ROOT))
 
 from harness import records  # noqa: E402
@@ -76,8 +81,12 @@ def row_from_ab(base: Path, name: str, planted: str, affected: str | None,
     flagged = [c for c in changes if c["verdict"] in ("regression", "improvement")]
     detectable = [c["detectable"] for c in changes if c.get("detectable") is not None]
     more = meta.get("more_rounds") or {}
-    design = f"ab, {meta['rounds']} rounds" + ("".join(
-        f", {n} for {u}" for u, n in sorted(more.items())) if more else "")
+    duets = (meta.get("design") or {}).get("duet_units")
+    rest = "; the rest sequential" if set(meta.get("groups", [])) - set(duets or []) else ""
+    design = (f"ab --duet, {meta['rounds']} swapped pairs ({', '.join(duets)}{rest})"
+              if duets else f"ab, {meta['rounds']} rounds") + ("".join(
+        f", {n} rounds for {u}" if duets else f", {n} for {u}"
+        for u, n in sorted(more.items())) if more else "")
     if cap := (meta.get("max_rounds") or {}).get("cap"):
         design += f", --max-rounds {cap}"
     hit_keys = [f"{c['case']} {metric_id(c['metric'], c['labels'])}" for c in hit]  # as ab's
@@ -148,7 +157,47 @@ def render(rows: list[dict]) -> str:
         if r.get("note") or len(r.get("stages") or []) > 1:
             lines.append(f"- **{r['date']}, {r['commit']}, {r['experiment']}, {r['design']}**: "
                          + "; ".join(filter(None, [r.get("note"), _stages(r)])) + ".")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _calibration_lines(load_calibrations())) + "\n"
+
+
+def load_calibrations(root: Path = CALIBRATIONS) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(root.glob("*.json"))]
+
+
+def _calibration_lines(docs: list[dict]) -> list[str]:
+    """Each machine's calibrations side by side, sequential and duet: a family's sd of log
+    B/A per round (per swapped pair in a duet) and the change the default 5 detect."""
+    if not docs:
+        return []
+    lines = ["", "## What each design detects", "",
+             "From the committed calibrations (`release-bench calibrate` and `release-bench "
+             "calibrate --duet`, in `results/calibration/`): per family of figures (one case's "
+             "figures of one kind), the sd of a round's log B/A in an A/A (of a swapped pair's, "
+             "in a duet; the 75% quantile of the family's figures), and the smallest change 5 "
+             "rounds (sequential) or 5 swapped pairs (duet, in about the same wall time) detect "
+             "at it, for one figure at the 95% level. `—`: not calibrated in that design."]
+    by_machine: dict[str, dict[str, dict]] = {}
+    for doc in docs:
+        design = doc.get("measured", {}).get("design", "sequential")
+        by_machine.setdefault(doc["machine"].get("name", "?"), {})[design] = doc
+    for name, designs in sorted(by_machine.items()):
+        lines += ["", f"**{name}**: " + "; ".join(
+            f"{d}: {doc['measured'].get('rounds')} rounds of an A/A on "
+            f"{doc['measured'].get('started', '?')[:10]}, commit "
+            f"{(doc['measured'].get('commit') or '?')[:7]}"
+            for d, doc in sorted(designs.items())), "",
+            "| family | sequential sd | sequential detects at 5 | duet sd | duet detects at 5 "
+            "pairs |", "|---|---|---|---|---|"]
+        families = {d: {(f["case"], f["kind"]): f for f in doc["families"]}
+                    for d, doc in designs.items()}
+        for key in sorted({k for fams in families.values() for k in fams}):
+            cells = []
+            for d in ("sequential", "duet"):
+                f = families.get(d, {}).get(key)
+                cells += ([f"{100 * f['sd_log_ratio']:.1f}%",
+                           f"{100 * f['detectable_at']['5']:.1f}%"] if f else ["—", "—"])
+            lines.append(f"| {key[0]} {key[1]} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _stages(row: dict) -> str:
@@ -162,6 +211,34 @@ def _stages(row: dict) -> str:
            f"called unchanged, " if row.get("affected") else "")
         + ", ".join(f"{n} {v}" for v, n in s["counts"].items() if n)
         for s in row["stages"])
+
+
+def spreads(base: Path) -> list[dict]:
+    """Each family's spread in a stored ab folder, as `calibrate` measures it from an A/A: the
+    sd of a round's log B/A (of a swapped pair's, in a duet) about its mean, so that a plant,
+    which moves the mean, leaves it as it is; and the change 5 rounds (pairs) detect at it."""
+    from harness import calibrate, calibration, campaign
+
+    meta = json.loads((base / "ab.json").read_text())
+    rounds = campaign.load_rounds(base)
+    cal = calibrate.measure(rounds["A"], rounds["B"], {}, meta.get("groups", []),
+                            meta["rounds"], {})
+    duets = set((meta.get("design") or {}).get("duet_units") or [])
+    return [{"folder": base.name, "family": f"{case} {kind}",
+             "design": "duet" if case.replace("/", ".") in duets else "sequential",
+             "sd": s.sd, "detectable_at_5": calibration.detectable(s.variance, 5)}
+            for (case, kind), s in sorted(cal.families.items())]
+
+
+def print_spreads(bases: list[Path]) -> int:
+    rows = [r for b in bases for r in spreads(b)]
+    width = max(len(r["family"]) for r in rows) if rows else 10
+    print(f"{'folder':<22} {'family':<{width}} {'design':<10} {'sd of log B/A':>13} "
+          f"{'detectable at 5':>15}")
+    for r in rows:
+        print(f"{r['folder']:<22} {r['family']:<{width}} {r['design']:<10} "
+              f"{100 * r['sd']:>12.1f}% {100 * r['detectable_at_5']:>14.1f}%")
+    return 0
 
 
 def load_rows(root: Path = ROWS) -> list[dict]:
@@ -181,7 +258,11 @@ def main(argv: list[str] | None = None) -> int:
                      help="the command that ran it (default: from ab.json)")
     rec.add_argument("--note")
     sub.add_parser("render", help="write docs/validation.md from the rows")
+    spread_cmd = sub.add_parser("spread", help="each family's sd of log B/A in stored ab folders")
+    spread_cmd.add_argument("ab_dirs", nargs="+")
     args = parser.parse_args(argv)
+    if args.command == "spread":
+        return print_spreads([Path(d) for d in args.ab_dirs])
     if args.command == "record":
         base = Path(args.ab_dir)
         if not (base / "comparison.json").exists():

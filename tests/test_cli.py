@@ -118,6 +118,12 @@ def test_list_prints_each_cases_declared_settings_for_the_profile(profile, capsy
                 factor = cal.rounds_factor.get(f"{suite.name}.{c.name}", 1) if cal else 1
                 assert (f"campaign rounds: {factor * DEFAULT_ROUNDS} a side by default (rounds "
                         f"factor {factor})") in blocks[c.id], c.id
+                assert ("duet: yes" if c.duet else "duet: no") in " ".join(blocks[c.id]), c.id
+    # the duet-capable benchmarks: the single-process CPU-bound ones, and the two
+    # multi-process ones whose duet A/A was measured tighter than sequential rounds
+    assert {c.id for s in registry.all_suites() for c in s.cases if c.duet} == {
+        "amp/train_step", "amp/gemm_ladder", "profiler/overhead", "rpc/batched_update",
+        "ddp_rpc/step_time"}
 
 
 @pytest.mark.parametrize("profile", PROFILES)

@@ -340,12 +340,43 @@ def test_in_ab_the_history_keeps_a_flipping_metric_from_looking_steady():
 
     reps = campaign.round_values(a_rounds, b_rounds)
     a, b = campaign.merge_runs(a_rounds), campaign.merge_runs(b_rounds)
-    alone = {c.labels["i"]: c for c in compare.compare_runs(a, b, replicates=reps)}
+    bare = _calibration()  # a calibration without floors: two rounds may then decide
+    alone = {c.labels["i"]: c for c in compare.compare_runs(a, b, replicates=reps, cal=bare)}
     assert alone["flips"].verdict == "regression"  # the rounds alone cry wolf
     history = [run(lv) for lv in (1.0, 1.5, 1.0, 1.5, 1.5, 1.0)]
     judged = {c.labels["i"]: c for c in compare.compare_runs(a, b, replicates=reps,
-                                                             history=history)}
+                                                             history=history, cal=bare)}
     assert judged["flips"].verdict == "inconclusive", judged["flips"].why
+    # without a calibration, two rounds decide nothing at all
+    uncalibrated = {c.labels["i"]: c for c in compare.compare_runs(a, b, replicates=reps)}
+    assert uncalibrated["flips"].verdict == "inconclusive"
+    assert "2 paired rounds decide nothing" in uncalibrated["flips"].why
+
+
+def test_without_a_calibration_a_level_drawn_per_process_needs_five_rounds_to_decide():
+    """The profiler step of a 3-round A/A here: every A process drew the slow level (99, 101,
+    102 ms), every B the fast one (78, 77, 80 ms). A t-test on two degrees of freedom calls
+    that an improvement; without this machine's calibration fewer than 5 rounds decide
+    nothing. With 5 rounds of a real 22% change, the verdict is given."""
+    from harness import campaign
+
+    rng = np.random.default_rng(5)
+
+    def runs(levels: list[float]) -> list[records.Run]:
+        return [_run([_metric("step", _samples(rng, lv, spread=0.01), labels={"mode": m})
+                      for m in ("on", "off", "memory")]) for lv in levels]
+
+    a3, b3 = runs([0.099, 0.101, 0.102]), runs([0.078, 0.077, 0.080])
+    changes = compare.compare_runs(campaign.merge_runs(a3), campaign.merge_runs(b3),
+                                   compare.AB_THRESHOLDS,
+                                   replicates=campaign.round_values(a3, b3))
+    assert {c.verdict for c in changes} == {"inconclusive"}
+    assert all("would be improvement" in c.why for c in changes), [c.why for c in changes]
+    a5, b5 = runs([0.099, 0.101, 0.102, 0.100, 0.098]), runs([0.078, 0.077, 0.080, 0.079, 0.078])
+    changes = compare.compare_runs(campaign.merge_runs(a5), campaign.merge_runs(b5),
+                                   compare.AB_THRESHOLDS,
+                                   replicates=campaign.round_values(a5, b5))
+    assert {c.verdict for c in changes} == {"improvement"}
 
 
 def _rounds(levels: list[float], rng, change: float = 1.0,

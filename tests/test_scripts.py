@@ -47,3 +47,23 @@ def test_asv_check_passes_on_every_suite():
     out = subprocess.run([Path(sys.executable).parent / "asv", "check", "-E", "existing"],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and "No problems found" in out.stdout, out.stdout + out.stderr
+
+
+def test_validation_spread_gives_each_familys_sd_as_calibrate_measures_it(capsys):
+    """`scripts/validation.py spread` on the stored planted GEMM ab: one row per family of the
+    case, each the sd calibrate would keep from the same rounds (the plant moves the mean of
+    the log ratios, not their spread)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import validation
+
+    from harness import calibrate, campaign
+
+    base = ROOT / "tests" / "data" / "ab-planted-gemm"
+    rows = validation.spreads(base)
+    rounds = campaign.load_rounds(base)
+    cal = calibrate.measure(rounds["A"], rounds["B"], {}, [], 6, {})
+    assert {r["family"]: r["sd"] for r in rows} == {
+        f"{case} {kind}": s.sd for (case, kind), s in cal.families.items()}
+    assert rows and all(r["design"] == "sequential" and 0 < r["sd"] < 1 for r in rows)
+    assert validation.main(["spread", str(base)]) == 0
+    assert "amp/gemm_ladder time" in capsys.readouterr().out

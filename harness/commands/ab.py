@@ -36,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="give a benchmark with inconclusive figures the further rounds "
                              "they need to be decided, judging again after each stage, up to N "
                              "in all (times its rounds factor); default: no further rounds")
+    common.add_duet(parser)
     common.add_calibration(parser)
     parser.add_argument("--out", default="results/scratch/ab", metavar="DIR",
                         help="where both sides' runs and the comparison go")
@@ -65,6 +66,8 @@ def main(args) -> int:
         raise UsageError("ab needs two environments, A and B (or --judge AB_DIR)")
     history = history_floor(args)
     run_args = common.run_args(args)
+    if args.judge:  # the stored rounds say how they were measured, and so which calibration
+        args.duet = ab.measured_as_duet(Path(args.judge))
     cal, cal_line = common.read_calibration(args)
     try:
         if args.judge:
@@ -80,6 +83,12 @@ def main(args) -> int:
           f"suite's conformance cases and each benchmark case{judging.more_rounds_text(res)}); "
           f"history floor: {f'{len(history)} runs' if history else 'none'}")
     print(cal_line)
+    if duets := res.get("design", {}).get("duet_units", []):
+        halves = " and ".join(",".join(map(str, h)) for h in res["design"]["halves"])
+        many = "s" if len(duets) != 1 else ""
+        print(f"as duets ({len(duets)} benchmark{many}, {2 * res['rounds']} rounds a side: "
+              f"{res['rounds']} swapped pairs on CPUs {halves}): {', '.join(duets)}; on the "
+              f"CPU only (their CUDA runs, if any, need ab without --duet)")
     counts = judging.print_changes(res["changes"], False)
     judging.print_stages(res.get("judged", []))
     print("rounds' spread: " + judging.detectable_line(res["changes"]))

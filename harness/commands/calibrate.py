@@ -23,6 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the calibration goes (default: results/calibration)")
     parser.add_argument("--work", default="results/scratch/calibrate", metavar="DIR",
                         help="where the A/A's rounds go")
+    parser.add_argument("--duet", action="store_true",
+                        help="calibrate duets (`ab --duet`) instead of sequential rounds: the "
+                             "duet-capable benchmarks, --rounds swapped pairs; written to "
+                             "<machine>.duet.json")
 
 
 def main(args) -> int:
@@ -33,7 +37,7 @@ def main(args) -> int:
     suites = common.selected_suites(args)
     if args.rounds < 3:
         raise UsageError(f"--rounds must be at least 3 to measure a spread, got {args.rounds}")
-    units = [u for u in judging.units(suites, args) if u.benchmark]
+    units = [u for u in judging.units(suites, args) if u.benchmark and u.duet == args.duet]
     if not units:
         raise UsageError("nothing to calibrate: no benchmark case matches the selection")
     root = Path(args.out) if args.out else calibration.CALIBRATIONS
@@ -45,21 +49,23 @@ def main(args) -> int:
         raise UsageError(f"calibrate: {e}") from e
     fingerprint = res["A"].machine
     measured = {"started": started, "finished": records.now(), "rounds": args.rounds,
-                "design": "sequential", "profile": args.profile,
+                "design": "duet" if args.duet else "sequential", "profile": args.profile,
                 "torch": (fingerprint.get("torch") or {}).get("version"),
                 "commit": (fingerprint.get("project") or {}).get("commit"),
-                "command": ["release-bench", *sys.argv[1:]] if sys.argv[1:2] == ["calibrate"]
-                else ["release-bench", "calibrate"],
-                "ab": str(res["dir"]), "aa_counts": compare.counts(res["changes"])}
+                "command": ["release-bench", *(records.shown_path(a) if a.startswith("/") else a
+                                               for a in sys.argv[1:])]
+                if sys.argv[1:2] == ["calibrate"] else ["release-bench", "calibrate"],
+                "ab": records.shown_path(res["dir"]), "aa_counts": compare.counts(res["changes"])}
     by_side = campaign.load_rounds(res["dir"])
     cal = calibrate.measure(by_side["A"], by_side["B"], machine.fingerprint(),
                               [u.name for u in units], ab_command.DEFAULT_ROUNDS, measured)
     path = calibration.write(cal, root)
     doc = cal.to_json()
+    rounds = "pairs" if args.duet else "rounds"  # a duet is judged per swapped pair
     print(summary.table_text([
         {"family": f"{f['case']} {f['kind']}", "sd of log B/A": f"{100 * f['sd_log_ratio']:.1f}%",
-         "detectable at 5 rounds": f"{100 * f['detectable_at']['5']:.1f}%",
-         "rounds for 10%": f["rounds_for"]["0.1"], "rounds for 5%": f["rounds_for"]["0.05"],
+         f"detectable at 5 {rounds}": f"{100 * f['detectable_at']['5']:.1f}%",
+         f"{rounds} for 10%": f["rounds_for"]["0.1"], f"{rounds} for 5%": f["rounds_for"]["0.05"],
          "level per process": f["per_process"]} for f in doc["families"]], limit=200))
     print("rounds factors: " + ", ".join(f"{u} {n}" for u, n in doc["rounds_factor"].items()))
     print("A/A verdicts: " + ", ".join(f"{n} {v}" for v, n in measured["aa_counts"].items()))

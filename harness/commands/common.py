@@ -91,6 +91,13 @@ def add_selection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", default="quick", choices=PROFILES)
 
 
+def add_duet(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--duet", action="store_true",
+                        help="run each duet-capable benchmark as a duet: both sides at once, "
+                             "each on half of the CPUs (swapped every other round), judged per "
+                             "swapped pair; --rounds then counts pairs (harness.duet)")
+
+
 def add_calibration(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibration", metavar="FILE",
                         help="this machine's calibration (default: results/calibration/"
@@ -107,15 +114,20 @@ def read_calibration(args, fingerprint: dict | None = None):
     spec = getattr(args, "calibration", None)
     if spec == "none":
         return None, "calibration: none (--calibration none): conservative defaults"
+    # a duet's rounds wander less than sequential ones: each design has its own calibration
+    design = "duet" if getattr(args, "duet", False) else "sequential"
     fingerprint = fingerprint or machine.fingerprint()
     if spec is None:
-        return calibration.for_machine(fingerprint)
+        return calibration.for_machine(fingerprint, design=design)
     try:
         cal = calibration.read(spec)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise UsageError(f"--calibration {spec}: not a calibration ({e})") from e
     if differ := machine.differences(cal.machine, fingerprint):
         raise UsageError(f"--calibration {spec}: of other hardware ({differ[0]})")
+    if cal.design != design:
+        raise UsageError(f"--calibration {spec}: calibrates {cal.design} rounds, and these are "
+                         f"{design} (release-bench calibrate{' --duet' * (design == 'duet')})")
     return cal, f"calibration: {spec}"
 
 

@@ -88,8 +88,19 @@ def units(suites: list[str], args, cal=None) -> list:  # of campaign.Unit
     the rounds factors of the calibration `cal`."""
     from harness import campaign
 
-    if not (units := campaign.units(suites, args.case, args.skip, cal)):
+    duet = getattr(args, "duet", False)
+    if not (units := campaign.units(suites, args.case, args.skip, cal, duet)):
         raise UsageError("nothing to run: no case matches the given suite, case and skip")
+    if duet:
+        from harness import duet as duets
+
+        if not any(u.duet for u in units):
+            raise UsageError("--duet: none of the selected benchmarks can run as a duet (see "
+                             "`release-bench list`: duet-capable cases say so)")
+        try:
+            duets.halves()
+        except duets.DuetError as e:
+            raise UsageError(f"--duet: {e}") from e
     return units
 
 

@@ -39,6 +39,9 @@ def main(args) -> int:
                 factor = cal.rounds_factor.get(f"{suite.name}.{c.name}", 1) if cal else 1
                 print(f"  {'':<11} campaign rounds: {factor * DEFAULT_ROUNDS} a side by default "
                       f"(rounds factor {factor})")
+                print(f"  {'':<11} " + (
+                    "duet: yes (ab --duet runs it on the CPU, both sides at once)" if c.duet
+                    else "duet: no (ab --duet runs it sequentially)"))
         for w in suite.workloads:
             print(f"  {'workload':<11} {w.name:<34} [devices: {'/'.join(w.devices)}] {w.doc}")
     return EXIT_OK

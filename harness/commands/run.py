@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from harness import records
+from harness import duet, records
 from harness.cases import DEVICES, MIN_RUN_TIME, param_id
 from harness.commands import common
 from harness.commands.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
@@ -37,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "benchmark case in a process of its own with it")
     parser.add_argument("--dry-run", action="store_true",
                         help="print what would run (any device, present or not) and stop")
+    parser.add_argument("--cpus", metavar="LIST",
+                        help="pin the run (and its workers) to these CPUs, e.g. 0 or 0-3, with "
+                             "as many intra-op threads; how `ab --duet` gives each side its half")
+    parser.add_argument("--barrier", metavar="DIR",
+                        help="start each case together with the other process given the same "
+                             "folder (a side of `ab --duet`)")
     common.add_expectations(parser)
 
 
@@ -77,10 +83,11 @@ def main(args, cluster: Cluster | None = None) -> int:
     if args.dry_run:
         _print_plan(planned, args.profile, devices)
         return EXIT_OK
+    barrier = _place(args)
     tel = None if args.no_telemetry else telemetry.Telemetry(args.telemetry_interval)
     try:
         path, run = runner.run(planned, args.profile, args.out, telemetry=tel,
-                               notes=notes, cluster=cluster)
+                               notes=notes, cluster=cluster, barrier=barrier)
     except runner.Interrupted as e:
         # SIGINT or SIGTERM: the workers are reaped and the record is marked; say where it is
         kept = f"the run record is in {e.path}" if e.path else "no run record was written yet"
@@ -115,6 +122,18 @@ def _print_plan(planned: list, profile: str, devices: list[str]) -> None:
                 print(f"    {line}")
     print(f"{len(planned)} case runs planned, profile {profile} ({MIN_RUN_TIME[profile]:g} s "
           f"of measurement per timed statement by default), devices {', '.join(devices)}")
+
+
+def _place(args) -> duet.Barrier | None:
+    """Pin the process to `--cpus`; the barrier of `--barrier`, if any."""
+    from pathlib import Path
+
+    try:
+        if args.cpus:
+            duet.pin(duet.parse_cpu_list(args.cpus))
+    except duet.DuetError as e:
+        raise UsageError(str(e)) from e
+    return duet.Barrier(Path(args.barrier)) if args.barrier else None
 
 
 def _devices(requested: Sequence[str] | None, dry_run: bool = False) -> list[str]:

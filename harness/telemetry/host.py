@@ -114,6 +114,14 @@ class HostReader:
         self._tree = tree
         return total
 
+    def _cpus(self, count: int) -> list[int]:
+        """The CPUs this process may run on, as indices of psutil's per-CPU list."""
+        try:
+            allowed = self.me.cpu_affinity()
+        except (AttributeError, psutil.Error):  # no affinity on this OS
+            return list(range(count))
+        return [c for c in allowed if c < count] or list(range(count))
+
     def tree_rss(self) -> int:
         total = 0
         for p in self._tree.values():
@@ -129,8 +137,11 @@ class HostReader:
         row: dict[str, Any] = {
             "cpu_util_pct": sum(per_cpu) / len(per_cpu),
             "cpu_util_per_core_pct": per_cpu,
-            # what the rest of the machine used, in percent of one core
-            "other_cpu_pct": max(0.0, sum(per_cpu) - ours),
+            # what the rest of the machine used on the CPUs this process may run on, in percent
+            # of one core: all of them, unless it is pinned (a side of a duet, whose partner
+            # busies the other half and is no neighbour of its own)
+            "other_cpu_pct": max(0.0, sum(per_cpu[c] for c in self._cpus(len(per_cpu)))
+                                 - ours),
             "rss_bytes": self.tree_rss(),
             "load1": os.getloadavg()[0],
         }

@@ -260,7 +260,7 @@ def _cpu_details() -> dict[str, Any]:
                                         {"model": "encoder"}],
                          "full": grid(model=list(MODELS), channels_last=[False, True],
                                       tf32=[False, True])},
-                 needs=("torchvision",),
+                 needs=("torchvision",), duet=True,
                  options=("batch", "side", "tf32", "channels_last", "cudnn_benchmark"),
                  tracks=[TrackView("AmpTrainStep", "Autocast against fp32 (strict FP32 on "
                                    "CUDA), from the suite's train_step case.", unit="x",
@@ -360,7 +360,7 @@ def _cuda_step_notes(ctx: Context, settings: CudaSettings, batch: int,
 
 
 # `sizes`: the matrix sides n of the ladder
-@suite.benchmark(params=[{}], settings={"quick": {"sizes": (256, 512, 1024)},
+@suite.benchmark(params=[{}], duet=True, settings={"quick": {"sizes": (256, 512, 1024)},
                                         "full": {"sizes": (256, 512, 1024, 2048, 4096)},
                                         "quick:cuda": {"sizes": (1024, 2048, 4096, 8192)},
                                         "full:cuda": {"sizes": (512, 1024, 2048, 4096, 8192,

@@ -295,7 +295,7 @@ def faults(ctx: Context) -> None:
 # (RPC sessions re-joined inside one set of processes, as rpc/round_trip does, cannot carry
 # the RRefs the hybrid needs: torch's RRef context stays bound to the first RPC agent.)
 @suite.benchmark(params={"quick": [{"ddp": "inside"}], "full": [{"ddp": m} for m in MODES]},
-                 needs=("distributed",),
+                 needs=("distributed",), duet=True,
                  tracks=[TrackView(
                      "HybridStep", "Seconds per hybrid step and per phase on trainer 1, and the "
                      "step's overhead over the local step, from the suite's step_time case.",

@@ -474,7 +474,7 @@ def model_step(device: str, mode: str, batch: int = 2, image: int = 112):
     return profiled
 
 
-@suite.benchmark(params=STEP_PARAMS, devices=("cpu", "cuda"), needs=("torchvision",),
+@suite.benchmark(params=STEP_PARAMS, devices=("cpu", "cuda"), needs=("torchvision",), duet=True,
                  tracks=[TrackView("ProfilerOverhead", "Step time with the profiler over step "
                                    "time without, from the suite's overhead case.", unit="x",
                                    labels={"mode": [m for m in PROFILER_MODES if m != "off"]},

@@ -473,7 +473,7 @@ def _closing_rows(p50: dict, sizes: list[int]) -> list[dict[str, Any]]:
 
 @suite.benchmark(params={"quick": [{"requests": 8}],
                          "full": [{"requests": r} for r in (4, 8, 16)]},
-                 devices=("cpu",), needs=("distributed",),
+                 devices=("cpu",), needs=("distributed",), duet=True,
                  tracks=[TrackView("BatchedUpdateSpeedup", "Batched-update throughput with "
                                    "async_execution over the blocking handler.", unit="x",
                                    tracks=["async_over_blocking"])])
