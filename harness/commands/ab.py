@@ -87,7 +87,8 @@ def main(args) -> int:
         halves = " and ".join(",".join(map(str, h)) for h in res["design"]["halves"])
         many = "s" if len(duets) != 1 else ""
         print(f"as duets ({len(duets)} benchmark{many}, {2 * res['rounds']} rounds a side: "
-              f"{res['rounds']} swapped pairs on CPUs {halves}): {', '.join(duets)}; on the "
+              f"{res['rounds']} swapped pair{'s' if res['rounds'] != 1 else ''} on CPUs "
+              f"{halves}): {', '.join(duets)}; on the "
               f"CPU only (their CUDA runs, if any, need ab without --duet)")
     counts = judging.print_changes(res["changes"], False)
     judging.print_stages(res.get("judged", []))
