@@ -90,9 +90,9 @@ def halves(cpus: Iterable[int] | None = None,
             tuple(c for g in groups[half:2 * half] for c in g))
 
 
-def pin(cpus: Iterable[int]) -> dict[str, object]:
+def pin(cpus: Iterable[int]) -> None:
     """Pin this process (and the workers it starts, which inherit it) to `cpus`, with as many
-    intra-op threads as CPUs: how the process measures, for the record."""
+    intra-op threads as CPUs (the run record's `measured` says so)."""
     import torch
 
     cpus = sorted(cpus)
@@ -101,7 +101,6 @@ def pin(cpus: Iterable[int]) -> dict[str, object]:
     except (OSError, ValueError) as e:
         raise DuetError(f"--cpus {cpu_list_text(cpus)}: cannot pin to them ({e})") from e
     torch.set_num_threads(len(cpus))
-    return {"cpus": cpus, "threads": torch.get_num_threads()}
 
 
 @dataclass(frozen=True)

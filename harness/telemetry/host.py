@@ -77,6 +77,10 @@ class HostReader:
         self.unavailable: dict[str, str] = {}
         self._tree: dict[int, psutil.Process] = {}
         self._pids: frozenset[int] = frozenset()
+        try:  # read once: a duet's side is pinned before its telemetry starts
+            self._allowed: list[int] | None = sorted(self.me.cpu_affinity())
+        except (AttributeError, psutil.Error):  # no affinity on this OS
+            self._allowed = None
         psutil.cpu_percent(percpu=True)  # the first call only starts the interval
         self._tree_cpu_percent()
         freq = psutil.cpu_freq(percpu=True) if hasattr(psutil, "cpu_freq") else None
@@ -116,11 +120,7 @@ class HostReader:
 
     def _cpus(self, count: int) -> list[int]:
         """The CPUs this process may run on, as indices of psutil's per-CPU list."""
-        try:
-            allowed = self.me.cpu_affinity()
-        except (AttributeError, psutil.Error):  # no affinity on this OS
-            return list(range(count))
-        return [c for c in allowed if c < count] or list(range(count))
+        return [c for c in self._allowed or () if c < count] or list(range(count))
 
     def tree_rss(self) -> int:
         total = 0
