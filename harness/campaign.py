@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # calibration measures with this module's rounds
     from harness.calibration import Calibration
 
 ROOT = Path(__file__).resolve().parent.parent
-OUTCOME_ORDER = ("error", "fail", "invalid", "pass", "skip")  # the worst first
+OUTCOME_ORDER = ("error", "fail", "invalid", "pass", "skip", "n/a")  # the worst first
 
 
 class CampaignError(Exception):
@@ -66,7 +66,7 @@ def python_of(spec: str) -> Path:
     raise CampaignError(f"{spec}: neither a venv folder nor a Python executable")
 
 
-def _checkout_env() -> dict[str, str]:
+def checkout_env() -> dict[str, str]:
     # the project from this checkout, whatever the environment has installed
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     return os.environ | {"PYTHONPATH": path}
@@ -78,7 +78,7 @@ def torch_version(python: Path) -> str:
     try:
         out = subprocess.run([str(python), "-c",
                               "import harness.cli, torch; print(torch.__version__)"],
-                             capture_output=True, text=True, env=_checkout_env(), cwd=ROOT,
+                             capture_output=True, text=True, env=checkout_env(), cwd=ROOT,
                              timeout=300)
     except OSError as e:  # the executable is gone or cannot be run
         raise CampaignError(f"{python}: cannot run the suites ({e.strerror})") from e
@@ -211,7 +211,7 @@ def start_round(python: Path, selection: list[str], args: list[str], out: Path,
     cmd = [str(python), "-m", "harness.cli", "run", *selection, "--out", str(out), *args]
     log.parent.mkdir(parents=True, exist_ok=True)
     f = open(log, "ab")  # noqa: SIM115 (closed by the caller once the process ended)
-    return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=_checkout_env(),
+    return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=checkout_env(),
                             cwd=ROOT), f
 
 
@@ -309,6 +309,16 @@ class Campaign:
         for side, _ in procs:
             if _written(self._where(unit, r, side)) is None:
                 raise self._missing(unit, side)
+
+
+def run_alone(label: str, python: Path, units: list[Unit], run_args: list[str], folder: Path,
+              progress: Callable[[str], None]) -> Run:
+    """One round of `units` in one environment (a campaign of one side, as `history` and an
+    outcome `bisect` record a release): its merged run."""
+    run = Campaign(folder, [Side("0", label, python, torch_version(python))], units, run_args,
+                   progress)
+    run.run(plan(units, 1, rounds_wanted(units, 1)))
+    return merge_runs(load_rounds(run.base).get("0", []))
 
 
 def new_folder(out_dir: Path, kind: str) -> Path:

@@ -25,6 +25,8 @@ that every profile declares the same names, and `list` and `run --dry-run` print
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +53,44 @@ MIN_RUN_TIME = {"quick": 0.3, "full": 1.5}
 
 class Skip(Exception):
     """Raised by a case that cannot run here; the message says why."""
+
+
+class NotInRelease(Skip):
+    """A case (or one of its parameter sets) whose API this torch release does not have: the
+    outcome `n/a`, not an error. `NotInRelease("torch.amp.GradScaler")` reads
+    "torch.amp.GradScaler: not in torch 2.2.2"."""
+
+    def __init__(self, api: str, why: str = ""):
+        import torch
+
+        super().__init__(f"{api}: not in torch {torch.__version__.split('+')[0]}"
+                         + (f" ({why})" if why else ""))
+        self.api = api
+
+
+def has_api(dotted: str) -> bool:
+    """Whether this torch has the object a dotted name names (`torch.amp.GradScaler`), or
+    a keyword argument of it (`torch.autograd.profiler.profile(use_cuda=)`)."""
+    name, _, keyword = dotted.partition("(")
+    parts = name.split(".")
+    try:
+        obj = importlib.import_module(parts[0])
+    except ImportError:
+        return False
+    for i, part in enumerate(parts[1:], start=1):
+        if not hasattr(obj, part):
+            try:  # a submodule not imported by its package
+                obj = importlib.import_module(".".join(parts[: i + 1]))
+                continue
+            except ImportError:
+                return False
+        obj = getattr(obj, part)
+    if keyword := keyword.rstrip(")=").strip():
+        try:
+            return keyword in inspect.signature(obj).parameters
+        except (TypeError, ValueError):
+            return False
+    return True
 
 
 def grid(**axes: Sequence[Any]) -> list[Params]:
@@ -421,6 +461,9 @@ class Case:
     # whether `ab --duet` may run it as a side of a duet (harness.duet): one process, its
     # figures CPU-bound and meaningful on half of the machine
     duet: bool = False
+    # the torch APIs it exercises, as dotted names (`has_api`): in a release without one of
+    # them its outcome is `n/a`, not an error
+    apis: tuple[str, ...] = ()
 
     def param_sets(self, profile: str, device: str = "cpu") -> list[Params]:
         return _param_sets(self.params, profile, device)
@@ -520,13 +563,13 @@ class Suite:
     def _case(self, kind: str, params: ParamSpec, devices: Sequence[str], needs: Sequence[str],
               sampled: bool = True, options: Sequence[str] = (),
               tracks: Sequence[TrackView] = (), settings: SettingsSpec | None = None,
-              duet: bool = False):
+              duet: bool = False, apis: Sequence[str] = ()):
         def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
             declared = Settings.declare(settings, f"{self.name}/{func.__name__}")
             self.cases.append(
                 Case(self.name, func.__name__, kind, func, _first_line(func),
                      params or [{}], tuple(devices), tuple(needs), sampled, tuple(options),
-                     tuple(tracks), declared, duet)
+                     tuple(tracks), declared, duet, tuple(apis))
             )
             return func
 
@@ -534,18 +577,19 @@ class Suite:
 
     def conformance(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                     needs: Sequence[str] = (), tracks: Sequence[TrackView] = (),
-                    settings: SettingsSpec | None = None):
+                    settings: SettingsSpec | None = None, apis: Sequence[str] = ()):
         """Decorator: register a conformance case (named after the function). An upstream
         defect it is known to catch is an entry of `expectations.toml`, not part of the case.
         `tracks` declares the figures it records that asv tracks; `settings` are its values
-        by profile (see `Settings`), read from `ctx.settings`."""
+        by profile (see `Settings`), read from `ctx.settings`. `apis` are the torch APIs it
+        needs: where one is missing, its outcome is `n/a` (see `NotInRelease`)."""
         return self._case("conformance", params, devices, needs, tracks=tracks,
-                          settings=settings)
+                          settings=settings, apis=apis)
 
     def benchmark(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                   needs: Sequence[str] = (), sampled: bool = True, options: Sequence[str] = (),
                   tracks: Sequence[TrackView] = (), settings: SettingsSpec | None = None,
-                  duet: bool = False):
+                  duet: bool = False, apis: Sequence[str] = ()):
         """Decorator: register a benchmark case (named after the function). `sampled=False`
         keeps the runner's telemetry off while it runs (for cases that sample themselves);
         `options` names parameters it reads when given (the CLI's --param may set them);
@@ -555,7 +599,7 @@ class Suite:
         machine; see harness.duet). How many rounds `ab` gives it is this machine's
         calibration's to say."""
         return self._case("benchmark", params, devices, needs, sampled, options, tracks,
-                          settings, duet)
+                          settings, duet, apis)
 
     def workload(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                  needs: Sequence[str] = (), asv_name: str = ""):

@@ -20,12 +20,14 @@ from harness import records
 from harness.commands import (
     ab,
     asv,
+    bisect,
     calibrate,
     common,
     compare,
     env,
     expectations,
     gpu,
+    history,
     listing,
     matrix,
     multihost,
@@ -37,7 +39,8 @@ from harness.commands.common import EXIT_USAGE, UsageError
 
 # in the order `release-bench --help` lists them
 COMMANDS = {c.name: c for module in (listing, run, multihost, gpu, asv, show, report, compare,
-                                     calibrate, ab, matrix, expectations, env)
+                                     calibrate, ab, matrix, history, bisect, expectations,
+                                     env)
             for c in module.COMMANDS}
 
 

@@ -65,7 +65,8 @@ KEYS = {"case", "outcome", "signature", "issue", "summary", "when", "rate"}
 # what `update` writes where a ticket is still to be named; `load` refuses it
 PLACEHOLDER_ISSUE = "FILL IN: the URL of the issue tracking this defect"
 ISSUE_URL = re.compile(r"^https?://\S+/\S+$")
-STATUSES = ("pass", "skip", "invalid", "expected-fail", "unexpected-fail", "unexpected-pass")
+STATUSES = ("pass", "skip", "n/a", "invalid", "expected-fail", "unexpected-fail",
+            "unexpected-pass")
 UNEXPECTED = ("unexpected-fail", "unexpected-pass")
 
 

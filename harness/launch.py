@@ -111,9 +111,17 @@ def bound_store(host: str = LOOPBACK, port: int = 0,
         sock.bind((host, port))
         sock.listen(512)  # TCPStore aborts the process if the socket is not listening yet
         port = sock.getsockname()[1]
-        store = dist.TCPStore(host, port, is_master=True, master_listen_fd=sock.detach(),
-                              use_libuv=False, wait_for_workers=False,
-                              timeout=timedelta(seconds=timeout_s))
+        try:
+            store = dist.TCPStore(host, port, is_master=True, master_listen_fd=sock.fileno(),
+                                  use_libuv=False, wait_for_workers=False,
+                                  timeout=timedelta(seconds=timeout_s))
+            sock.detach()
+        except TypeError:
+            # torch before 2.2 takes no listening socket (nor use_libuv): its store binds the
+            # port itself, on every interface, once this socket has let it go
+            sock.close()
+            store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False,
+                                  timeout=timedelta(seconds=timeout_s))
     finally:
         sock.close()  # a no-op once detached
     return store, port
@@ -122,7 +130,9 @@ def bound_store(host: str = LOOPBACK, port: int = 0,
 def agent_store_env(host: str, port: int) -> dict[str, str]:
     """The variables that make a process's rendezvous a client of the store at host:port
     (torch's rendezvous honours TORCHELASTIC_USE_AGENT_STORE for MASTER_ADDR:MASTER_PORT)."""
-    env = {"MASTER_ADDR": host, "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    env = {"MASTER_ADDR": host, "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True",
+           # torch before 2.1 reads it unconditionally with the agent's store (its key prefix)
+           "TORCHELASTIC_RESTART_COUNT": os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")}
     if host == LOOPBACK:
         # Gloo and TensorPipe pick an interface by hostname otherwise; keep them on loopback.
         env.update(GLOO_SOCKET_IFNAME="lo", TP_SOCKET_IFNAME="lo")

@@ -94,6 +94,15 @@ def _nvidia_driver() -> str | None:
     return m.group(1) if m else None
 
 
+def cpu_capability() -> str | None:
+    """The vector instructions torch's kernels use (AVX2, AVX512, ...). torch.backends.cpu
+    says it since torch 2.0; before, only the build's configuration text does."""
+    if hasattr(torch.backends, "cpu"):
+        return torch.backends.cpu.get_cpu_capability()
+    m = re.search(r"CPU capability usage:\s*(\S+)", torch.__config__.show())
+    return m.group(1) if m else None
+
+
 @cache
 def fingerprint() -> dict[str, Any]:
     """The fingerprint of this machine and build (computed once per process)."""
@@ -108,7 +117,7 @@ def fingerprint() -> dict[str, Any]:
             "cuda": torch.version.cuda,
             "cudnn": cudnn,
             "cuda_available": torch.cuda.is_available(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cpu_capability": cpu_capability(),
             "intra_op_threads": torch.get_num_threads(),
             "inter_op_threads": torch.get_num_interop_threads(),
         },

@@ -140,7 +140,7 @@ def matrix(sides: list[str], units: list[Unit], run_args: list[str], rounds: int
 
     ext = campaign.extend(run, changes, rounds, max_rounds, started, on_stage)
     # the last stage is judged already: its record only gains what the further rounds were
-    record = {k: v for k, v in last.items() if k not in ("dir", "all_changes")}
+    record = {k: v for k, v in last.items() if k not in ("dir", "all_changes", "step_changes")}
     record["max_rounds"] = ext.to_json()
     records.write_json_atomic(run.base / "matrix.json", records.scrub_paths(record))
     return {**last, "max_rounds": record["max_rounds"]}
@@ -177,7 +177,8 @@ def judge(base: Path, labels: list[str], versions: dict[str, str],
     """The matrix record of the rounds `runs` (by label): each version's merged run, judged by
     the expectations (`expected`: entries and their source; None: raw outcomes) and against
     the version before it. `extension` is what further rounds were run (`campaign.extend`).
-    The record returned also holds every step's verdicts as `all_changes` (not written)."""
+    The record returned also holds every step's verdicts as `all_changes`, and each step's
+    as `step_changes` (neither written)."""
     merged = {label: campaign.merge_runs(runs[label]) for label in labels}
     judged = {}
     for label in labels:
@@ -190,11 +191,12 @@ def judge(base: Path, labels: list[str], versions: dict[str, str],
     summary = {label: summarize_side(merged[label]) for label in labels}
     for label, j in judged.items():
         summary[label]["expectations"] = j.to_json()
-    steps, every = [], []
+    steps, every, by_step = [], [], []
     for prev, this in zip(labels, labels[1:], strict=False):
         changes = campaign.judge_pair(runs[prev], runs[this], merged[prev], merged[this],
                                       thresholds, cal=cal)
         every += changes
+        by_step.append(changes)
         headline_ids = {(h["case"], MetricKey.of(h["name"], h["labels"]))
                         for h in summary[this]["headlines"]}
         steps.append({
@@ -213,4 +215,4 @@ def judge(base: Path, labels: list[str], versions: dict[str, str],
     if extension:
         record["max_rounds"] = extension
     records.write_json_atomic(base / "matrix.json", records.scrub_paths(record))
-    return {**record, "dir": base, "all_changes": every}
+    return {**record, "dir": base, "all_changes": every, "step_changes": by_step}

@@ -104,7 +104,7 @@ def _assert_passes(case: Case, device: str, params: Params) -> Result:
     entry = runner.execute(case, device, params, PROFILE, telemetry=process_telemetry())
     if _only_timings_failed(entry):
         entry = runner.execute(case, device, params, PROFILE, telemetry=process_telemetry())
-    if entry.outcome == "skip":
+    if entry.outcome in ("skip", "n/a"):
         pytest.skip(entry.reason)
     if entry.outcome == "invalid":
         pytest.skip(f"measured contended, so not judged: {entry.reason}")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -42,7 +43,7 @@ SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 # invalid: only performance checks failed, on a machine telemetry found contended (the
 # measurement is void, not the feature broken; see runner.execute).
-OUTCOMES = ("pass", "fail", "skip", "error", "invalid")
+OUTCOMES = ("pass", "fail", "skip", "error", "invalid", "n/a")
 
 _METRIC = {
     "type": "object",
@@ -396,7 +397,9 @@ def scrub_paths(obj: Any, aliases: list[tuple[str, str]] | None = None) -> Any:
     aliases = aliases if aliases is not None else _path_aliases()
     if isinstance(obj, str):
         for path, alias in aliases:
-            obj = obj.replace(path, alias)
+            # a whole path only: the home folder's name inside a longer path is not the home
+            obj = re.sub(rf"(?<![\w.-]){re.escape(path)}(?![\w.-])", alias, obj) \
+                if path in obj else obj
         return obj
     if isinstance(obj, dict):
         return {k: scrub_paths(v, aliases) for k, v in obj.items()}

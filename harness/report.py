@@ -212,6 +212,80 @@ def build_matrix(record: dict, title: str = "torch release matrix") -> str:
     return _templates().get_template("matrix.html.j2").render(title=title, m=_matrix_view(record))
 
 
+def _history_view(recs: list[dict]) -> dict[str, Any]:
+    """The release history as the template shows it: builds, features x releases and examples x
+    releases with each change marked at the first release that shows it, and the changes."""
+    from harness import envs, history
+
+    labels = [r["release"] for r in recs]
+    changed = defaultdict(set)  # case or example -> releases where it changed
+    changes = []
+    for c in history.changes(recs):
+        before, release = c["versions"]
+        changed[c["case"]].add(release)
+        detail = (c.get("warning") or c.get("detail")
+                  or f"{c.get('from')} → {c.get('to')}"
+                  + (f": {c['reason']}" if c.get("reason") else "")
+                  + (f" (before: {c['reason_before']})" if c.get("reason_before") else ""))
+        changes.append({"release": release, "before": before, "case": c["case"],
+                        "what": c["what"], "detail": detail})
+    cases = sorted({cid for r in recs for cid in r["cases"]})
+    features = []
+    for cid in cases:
+        cells = []
+        for r in recs:
+            c = r["cases"].get(cid) or {"outcome": "absent", "warnings": [], "reason": ""}
+            cells.append({**c, "css": "na" if c["outcome"] == "n/a" else c["outcome"],
+                          "title": c.get("reason") or "", "changed": r["release"] in changed[cid]})
+        features.append({"case": cid, "cells": cells})
+    examples: dict[str, dict] = {}
+    for r in recs:
+        for a in r["api"]:
+            examples.setdefault(f"{a['suite']}.{a['example']}", {
+                "suite": a["suite"], "title": a["title"], "spelling": a["spelling"],
+                "code": _example_code(a["suite"], a["example"]), "by": {}})["by"][
+                    r["release"]] = a
+    rows = []
+    for name, e in sorted(examples.items(), key=lambda kv: (kv[1]["suite"], kv[1]["spelling"],
+                                                             kv[0])):
+        cells = []
+        for lb in labels:
+            a = e["by"].get(lb) or {"status": "absent", "reason": "", "warnings": []}
+            cells.append({"status": a["status"], "css": a["status"],
+                          "title": "\n".join(filter(None, [a["reason"], *a["warnings"]])),
+                          "changed": lb in changed[name]})
+        rows.append({**e, "cells": cells})
+    prev_build = None
+    releases = []
+    for r in recs:
+        build = r.get("build") or {}
+        env = r.get("env")
+        releases.append({
+            **r, "build": build,
+            "build_changed": prev_build is not None and bool(envs.same_build(prev_build, build)),
+            "env": {"disk": f"{env['disk_bytes'] / 2**30:.1f} GiB",
+                    "added": f"{(env['added_bytes'] or 0) / 2**30:.1f} GiB"} if env else None})
+        prev_build = build
+    return {"releases": releases, "features": features, "examples": rows, "changes": changes,
+            "first": labels[0] if labels else "", "last": labels[-1] if labels else "",
+            "machine": (recs[0].get("machine") or {}).get("name", "") if recs else "",
+            "wall_min": round(sum(r.get("wall_s", 0) for r in recs) / 60, 1),
+            **history.totals(recs)}
+
+
+def _example_code(suite: str, name: str) -> str:
+    from harness import api_record
+
+    found = [e for e in api_record.load(suite) if e.name == name]
+    return found[0].code if found else ""
+
+
+def build_history(recs: list[dict], title: str = "torch release history") -> str:
+    """The release-history page for the records of `release-bench history`."""
+    return _templates().get_template("history.html.j2").render(title=title,
+                                                                h=_history_view(recs))
+
+
 def latest_runs(root: str | Path) -> list[Path]:
     """The newest run file of each machine folder under `root`."""
     root = Path(root)

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness import machine, records
-from harness.cases import Case, Context, Params, Skip, param_id
+from harness import cases, machine, records
+from harness.cases import Case, Context, NotInRelease, Params, Skip, param_id
 from harness.launch import LaunchError
 from harness.telemetry import Telemetry
 
@@ -212,9 +212,13 @@ def _run_guarded(case: Case, ctx: Context, sampler) -> tuple[str, str]:
     try:
         if ctx.device == "cuda" and not torch.cuda.is_available():
             raise Skip("CUDA is not available on this machine")
+        if missing := [api for api in case.apis if not cases.has_api(api)]:
+            raise NotInRelease(missing[0])
         torch.manual_seed(0)
         with sampler:
             case.func(ctx)
+    except NotInRelease as e:
+        return "n/a", str(e)
     except Skip as e:
         return "skip", str(e)
     except LaunchError as e:

@@ -153,7 +153,7 @@ def run_summary(run: Run, tables: bool = True) -> str:
     lines.append(_rows_to_text(rows))
     counts = Counter(e.outcome for e in run.results)
     lines.append("totals: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in
-                                        ("pass", "fail", "error", "skip", "invalid")))
+                                        ("pass", "fail", "error", "skip", "n/a", "invalid")))
     if judged := run.expectations:
         lines.append(f"expectations ({judged['source']}): " + ", ".join(
             f"{n} {s}" for s, n in judged["counts"].items() if n and s in EXPECTATION_STATUSES)

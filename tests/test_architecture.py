@@ -124,6 +124,10 @@ NOT_RECORDS = {
     ("harness/expectations.py", "outcome"): "an entry of the expectations file",
     ("harness/calibration.py", "labels"): "a calibration file's figures",
     ("harness/report.py", "labels"): "matrix.json's headline figures and their verdicts",
+    ("harness/report.py", "outcome"): "a history record's summary of a case in one release",
+    ("harness/commands/history.py", "outcome"): "a history record's summary of a case",
+    ("harness/bisect.py", "outcome"): "matrix.summarize_side's summary of a case",
+    ("harness/commands/bisect.py", "outcome"): "bisect.json's state of a case in one release",
 }
 
 

@@ -35,7 +35,7 @@ def test_an_invalid_case_is_counted_and_does_not_fail_the_run(busy_machine, tmp_
     code = cli.main(["run", "--case", "floor_missed", "--out", str(tmp_path)])
     out, err = capsys.readouterr()
     assert code == 0
-    assert "totals: 0 pass, 0 fail, 0 error, 0 skip, 1 invalid" in out
+    assert "totals: 0 pass, 0 fail, 0 error, 0 skip, 0 n/a, 1 invalid" in out
     assert "1 invalid: only performance checks failed" in out
     assert "invalid: contended/floor_missed [cpu default]: measured contended (host busy" in err
 
@@ -43,4 +43,4 @@ def test_an_invalid_case_is_counted_and_does_not_fail_the_run(busy_machine, tmp_
 def test_a_failure_beside_an_invalid_case_still_fails_the_run(busy_machine, tmp_path, capsys):
     assert cli.main(["run", "--out", str(tmp_path)]) == 1
     out, _ = capsys.readouterr()
-    assert "totals: 0 pass, 1 fail, 0 error, 0 skip, 1 invalid" in out
+    assert "totals: 0 pass, 1 fail, 0 error, 0 skip, 0 n/a, 1 invalid" in out

@@ -7,10 +7,11 @@ import time
 import warnings
 
 import pytest
+import torch
 from fake_telemetry import HOST_BUSY, FakeTelemetry
 
 from harness import records, runner
-from harness.cases import Context, Skip, Suite
+from harness.cases import Context, NotInRelease, Skip, Suite, has_api
 
 demo = Suite("demo", feature="a test suite", status="beta", summary="cases for the runner")
 
@@ -39,6 +40,16 @@ def raises(ctx: Context):
 @demo.conformance(devices=("cpu",))
 def skips(ctx: Context):
     raise Skip("needs a thing this machine lacks")
+
+
+@demo.conformance(devices=("cpu",), apis=("torch.amp.GradScaler", "torch.no_such_api"))
+def needs_an_api_this_release_lacks(ctx: Context):
+    raise AssertionError("never runs: the runner checks the APIs first")
+
+
+@demo.conformance(devices=("cpu",))
+def finds_an_api_missing_as_it_runs(ctx: Context):
+    raise NotInRelease("torch.autocast('cpu', dtype=torch.float16)", "bfloat16 only")
 
 
 @demo.benchmark(devices=("cpu",))
@@ -93,12 +104,24 @@ def run(name, device="cpu"):
         ("checks_nothing", "error", "conformance case recorded no checks"),
         ("raises", "error", "ZeroDivisionError: division by zero"),
         ("skips", "skip", "needs a thing this machine lacks"),
+        ("needs_an_api_this_release_lacks", "n/a",
+         f"torch.no_such_api: not in torch {torch.__version__.split('+')[0]}"),
+        ("finds_an_api_missing_as_it_runs", "n/a",
+         f"torch.autocast('cpu', dtype=torch.float16): not in torch "
+         f"{torch.__version__.split('+')[0]} (bfloat16 only)"),
         ("measures_nothing", "error", "benchmark case recorded no metrics"),
     ],
 )
 def test_outcomes(name, outcome, reason):
     entry = run(name)
     assert (entry.outcome, entry.reason) == (outcome, reason)
+
+
+def test_has_api_names_objects_submodules_and_keywords():
+    assert has_api("torch.amp.GradScaler") and has_api("torch.distributed.rpc.functions")
+    assert not has_api("torch.amp.NoSuchScaler") and not has_api("no_such_module.thing")
+    assert has_api("torch.autocast(device_type)") and has_api("torch.profiler.profile(activities=)")
+    assert not has_api("torch.autocast(no_such_keyword)")
 
 
 def test_error_keeps_the_traceback():

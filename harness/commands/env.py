@@ -13,13 +13,21 @@ from harness.commands.common import EXIT_OK, UsageError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="env_command", required=True, metavar="ACTION")
     create = actions.add_parser("create", help="build .envs/torch-VERSION from the registry")
-    create.add_argument("version", metavar="VERSION", help="a torch release, e.g. 2.13.0")
+    create.add_argument("version", metavar="VERSION",
+                        help="a torch release, e.g. 2.13.0, or a range of them, FIRST..LAST "
+                             "(every release the registry serves between them, both included)")
     create.add_argument("--reuse", metavar="VENV",
                         help="take torch and every other package from VENV instead of the "
                              "registry (no download; for tests)")
     create.add_argument("--without-torchvision", action="store_true",
                         help="leave torchvision out (a torch whose registry torchvision does "
                              "not import beside it); the cases that need it skip")
+    create.add_argument("--registry-builds", action="store_true",
+                        help="take torch from the package indexes only, not from pip's "
+                             "find-links folders: a local file of a release (a CPU-only build "
+                             "beside CUDA builds, say) then does not stand in for the "
+                             "registry's own build, and neighbouring releases compare like "
+                             "with like")
     actions.add_parser("list", help="the environments built, with their size")
     remove = actions.add_parser("remove", help="remove .envs/torch-VERSION")
     remove.add_argument("version", metavar="VERSION")
@@ -32,17 +40,35 @@ def main(args) -> int:
 
     try:
         if args.env_command == "create":
-            e = envs.create(args.version, reuse=Path(args.reuse) if args.reuse else None,
-                            torchvision=not args.without_torchvision,
-                            log=lambda s: print(s, file=sys.stderr, flush=True))
-            print(f"torch-{e.version}: torch {e.torch}, torchvision {e.torchvision or 'none'}, "
-                  f"CUDA {e.cuda or 'none (CPU-only build)'}, Python {e.python}; built in "
-                  f"{e.built_s:.0f} s, {e.disk_bytes / 2**30:.2f} GiB")
+            versions = ([args.version] if args.reuse
+                        else envs.release_range(args.version))
+            added = 0
+            for version in versions:
+                if len(versions) > 1 and (envs.env_dir(version) / envs.MARKER).exists():
+                    print(f"torch-{version}: built already")
+                    continue
+                e = envs.create(version, reuse=Path(args.reuse) if args.reuse else None,
+                                torchvision=not args.without_torchvision,
+                                local_files=not args.registry_builds,
+                                log=lambda s: print(s, file=sys.stderr, flush=True))
+                added += e.added_bytes or 0
+                print(f"torch-{e.version}: torch {e.torch}, torchvision "
+                      f"{e.torchvision or 'none'}, CUDA {e.cuda or 'none (CPU-only build)'}, "
+                      f"Python {e.python}; built in {e.built_s:.0f} s, "
+                      f"{e.disk_bytes / 2**30:.2f} GiB of files"
+                      + (f", {e.added_bytes / 2**30:.2f} GiB added to the disk"
+                         if e.added_bytes is not None and not e.reuses else ""), flush=True)
+            if len(versions) > 1:
+                print(f"{len(versions)} releases; {added / 2**30:.2f} GiB added to the disk in "
+                      "all (files shared between environments counted once)")
         elif args.env_command == "list":
             for e in envs.built():
                 print(f"{e.version:10s} torch {e.torch:14s} torchvision "
                       f"{e.torchvision or 'none':10s} {e.disk_bytes / 2**30:5.2f} GiB"
                       + (f"  (reuses {e.reuses})" if e.reuses else ""))
+            if every := envs.built():
+                print(f"on disk: {envs.disk_in_use(envs.ENVS) / 2**30:.2f} GiB for "
+                      f"{len(every)} environments (files shared between them counted once)")
         else:
             envs.remove(args.version)
             print(f"removed torch-{args.version}")

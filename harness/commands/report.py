@@ -17,10 +17,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--runs-dir)")
     parser.add_argument("--runs-dir", default="results/runs", metavar="DIR")
     parser.add_argument("--out", metavar="FILE",
-                        help="default results/html/report.html (matrix.html with --matrix)")
+                        help="default results/html/report.html (matrix.html with --matrix, "
+                             "history.html with --history)")
     parser.add_argument("--matrix", metavar="MATRIX",
                         help="the release-matrix page of a `release-bench matrix` record (its "
                              "matrix.json, or the folder holding it) instead of runs")
+    parser.add_argument("--history", metavar="DIR",
+                        help="the release-history page of the records `release-bench history` "
+                             "wrote in DIR instead of runs")
 
 
 def main(args) -> int:
@@ -28,6 +32,19 @@ def main(args) -> int:
 
     from harness import matrix, report
 
+    if args.history:
+        from harness import campaign, history
+
+        try:
+            recs = history.read(Path(args.history))
+        except campaign.CampaignError as e:
+            raise UsageError(f"{args.history}: {e}") from e
+        if not recs:
+            raise UsageError(f"{args.history}: no history records (release-bench history)")
+        out = records.write_text_atomic(args.out or "results/html/history.html",
+                                        report.build_history(recs))
+        print(f"release history of {len(recs)} releases written to {out}")
+        return EXIT_OK
     if args.matrix:
         path = Path(args.matrix)
         path = path / "matrix.json" if path.is_dir() else path

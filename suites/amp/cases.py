@@ -32,6 +32,7 @@ from harness.cases import (
     PROFILES,
     Context,
     FromSetting,
+    NotInRelease,
     Skip,
     Suite,
     Track,
@@ -141,6 +142,8 @@ def autocast_op_lists(ctx: Context) -> None:
     oplists).
     """
     dtype = ctx.params["dtype"]
+    if why := oplists.autocast_refuses(ctx.device, getattr(torch, dtype)):
+        raise NotInRelease(f"torch.autocast({ctx.device!r}, dtype=torch.{dtype})", why)
     (res,) = ctx.launch(oplists.run_lists, 1, (ctx.device, dtype), timeout_s=600,
                         label="autocast lists worker")
     if "unavailable" in res:
@@ -246,7 +249,7 @@ def _cpu_bf16_units() -> str:
 
 def _cpu_details() -> dict[str, Any]:
     return {"cpu_flags": machine.fingerprint()["cpu"]["flags"],
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cpu_capability": machine.cpu_capability(),
             "intra_op_threads": torch.get_num_threads()}
 
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.cases import Context
+from harness.cases import Context, NotInRelease, has_api
 
 DOCUMENTED_DEFAULTS = {"init_scale": 2.0**16, "growth_factor": 2.0, "backoff_factor": 0.5,
                        "growth_interval": 2000}
@@ -88,8 +88,16 @@ def max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> str:
     return f"max abs parameter difference {d:.3g}"
 
 
-def scaler(device: str, **kw) -> torch.amp.GradScaler:
-    return torch.amp.GradScaler(torch.device(device).type, **kw)
+def scaler(device: str, **kw) -> torch.cuda.amp.GradScaler:
+    """Today's device-generic GradScaler (torch 2.3 and later); before it, on CUDA, the 1.6
+    spelling `torch.cuda.amp.GradScaler`. A CPU GradScaler did not exist before it: the case
+    is then `n/a` for that release."""
+    kind = torch.device(device).type
+    if has_api("torch.amp.GradScaler"):
+        return torch.amp.GradScaler(kind, **kw)
+    if kind == "cuda":
+        return torch.cuda.amp.GradScaler(**kw)
+    raise NotInRelease("torch.amp.GradScaler", "a GradScaler for the CPU")
 
 
 def check_defaults(ctx: Context, device: str) -> None:

@@ -42,7 +42,8 @@ def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
     """Bytes of the distinct storages behind `tensors` (views and aliases counted once)."""
     seen: dict[tuple[str, int], int] = {}
     for t in tensors:
-        s = t.untyped_storage()
+        # untyped_storage() since torch 2.0; storage() before, with the same two methods
+        s = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
         seen[(str(t.device), s.data_ptr())] = s.nbytes()
     return sum(seen.values())
 

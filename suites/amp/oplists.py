@@ -16,6 +16,7 @@ to run in a worker process of its own (see `cases.autocast_op_lists`).
 from __future__ import annotations
 
 import collections.abc
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,14 +194,38 @@ def _run_banned(case: OpCase, device: str, amp_dtype: torch.dtype, problems: lis
     problems.append("ran under autocast; documented to raise (unsafe to autocast)")
 
 
+def _autocast_on(device: str) -> bool:
+    """torch.is_autocast_enabled(device); before torch 2.4 it took no device (CUDA's), and the
+    CPU's had a function of its own."""
+    try:
+        return torch.is_autocast_enabled(device)
+    except TypeError:
+        return (torch.is_autocast_cpu_enabled() if device == "cpu"
+                else torch.is_autocast_enabled())
+
+
+def autocast_refuses(device: str, dtype: torch.dtype) -> str | None:
+    """Why this torch's autocast does not take `dtype` on `device` (older releases' CPU
+    autocast took bfloat16 only: raising, or warning and disabling itself), or None."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with torch.autocast(device, dtype=dtype):
+                if _autocast_on(device):
+                    return None
+        except RuntimeError as e:
+            return str(e).splitlines()[0]
+    return str(caught[0].message).splitlines()[0] if caught else "autocast stays disabled"
+
+
 def _run_outofplace(case: OpCase, device: str, amp_dtype: torch.dtype,
                     problems: list[str]) -> str:
     """PyTorch's `_run_autocast_outofplace`, recording problems instead of asserting."""
     module, op, args, kw = case.module, case.op, case.args, case.kwargs
-    if torch.is_autocast_enabled(device):
+    if _autocast_on(device):
         problems.append("autocast already enabled before the region")
     with torch.autocast(device_type=device, dtype=amp_dtype):
-        if not torch.is_autocast_enabled(device):
+        if not _autocast_on(device):
             problems.append("autocast not enabled inside the region")
         output = output_method = None
         if module is not None and hasattr(module, op):
@@ -219,7 +244,7 @@ def _run_outofplace(case: OpCase, device: str, amp_dtype: torch.dtype,
             problems.append(f"{_where(module)}.{op} and Tensor.{op} disagree")
         result = output if output is not None else output_method
         with torch.autocast(device_type=device, enabled=False):
-            if torch.is_autocast_enabled(device):
+            if _autocast_on(device):
                 problems.append("autocast not disabled for the control")
             if module is not None and hasattr(module, op):
                 control = getattr(module, op)(*_cast(args, case.run_as), **kw)
@@ -229,7 +254,7 @@ def _run_outofplace(case: OpCase, device: str, amp_dtype: torch.dtype,
         if not (type(result) is type(control) and same(result, control)):
             problems.append(f"differs from the control run on inputs cast to "
                             f"{_dtype_name(case.run_as)} ({_difference(result, control)})")
-    if torch.is_autocast_enabled(device):
+    if _autocast_on(device):
         problems.append("autocast still enabled after the region")
     return _dtype_name(result)
 

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from suites.amp import gradscaler
+
 # name -> (autocast dtype or None for fp32, whether the step uses a GradScaler)
 MODES: dict[str, tuple[torch.dtype | None, bool]] = {
     "fp32": (None, False),
@@ -113,7 +115,7 @@ class TrainStep:
             self.loss_fn = F.cross_entropy
         self.model = model.train()
         self.optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-        self.scaler = torch.amp.GradScaler(self.device.type) if use_scaler else None
+        self.scaler = gradscaler.scaler(self.device.type) if use_scaler else None
 
     def __call__(self) -> None:
         if self.device.type == "cuda":
@@ -175,7 +177,7 @@ def train_parity(device: str, mode: str, seed: int = 0) -> dict[str, float]:
     model = parity_model(seed).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=PARITY["lr"])
     amp_dtype, use_scaler = MODES[mode]
-    scaler = torch.amp.GradScaler(device_type(device)) if use_scaler else None
+    scaler = gradscaler.scaler(device_type(device)) if use_scaler else None
     first = None
     for _ in range(PARITY["steps"]):
         opt.zero_grad(set_to_none=True)

@@ -25,6 +25,8 @@ from torch.autograd import DeviceType
 from torch.autograd.profiler_util import EventList, FunctionEvent
 from torch.profiler import ProfilerActivity
 
+from harness.cases import has_api
+
 API_NAMES = ("profiler", "autograd", "legacy")
 KINETO_APIS = ("profiler", "autograd")  # the ones that keep time-stamped memory records
 MEMORY_EVENT = "[memory]"
@@ -39,8 +41,11 @@ def open_profiler(api: str, device: str, *, memory: bool = True,
         return torch.profiler.profile(activities=activities, profile_memory=memory,
                                       record_shapes=shapes)
     if api == "autograd":
-        return autograd_profiler.profile(use_device="cuda" if cuda else None,
-                                         profile_memory=memory, record_shapes=shapes)
+        if has_api("torch.autograd.profiler.profile(use_device)"):  # torch 2.1 and later
+            return autograd_profiler.profile(use_device="cuda" if cuda else None,
+                                             profile_memory=memory, record_shapes=shapes)
+        return autograd_profiler.profile(use_cuda=cuda, profile_memory=memory,
+                                         record_shapes=shapes)  # the 1.6 spelling
     if api == "legacy":
         # imported here: it is deprecated and may leave torch before the other two
         import torch.autograd.profiler_legacy as legacy_profiler
@@ -116,9 +121,20 @@ def memory_records(prof: Any, device: str) -> list[MemRecord]:
         raise TypeError(f"{type(prof).__module__}.{type(prof).__name__} keeps no "
                         "time-stamped memory records")
     want = DeviceType.CUDA if device == "cuda" else DeviceType.CPU
-    recs = [MemRecord(e.start_ns(), e.nbytes()) for e in result.events()
+    recs = [MemRecord(_start_ns(e), e.nbytes()) for e in result.events()
             if e.name() == MEMORY_EVENT and e.device_type() == want]
     return sorted(recs, key=lambda r: r.ns)  # stable: ties keep the recorded order
+
+
+def storage(t: torch.Tensor) -> Any:
+    """The storage behind a tensor: untyped_storage() since torch 2.0, storage() before
+    (both give nbytes() and data_ptr())."""
+    return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+
+
+def _start_ns(event: Any) -> int:
+    # start_ns() since torch 2.1; microseconds before, which order the records as well
+    return event.start_ns() if hasattr(event, "start_ns") else event.start_us() * 1000
 
 
 def peak_live(records: list[MemRecord]) -> tuple[int, int]:

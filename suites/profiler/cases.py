@@ -125,7 +125,7 @@ def known_allocations(ctx: Context) -> None:
                     before = torch.cuda.memory_allocated()
                 with record_function(f"alloc {i}"):
                     t = FACTORIES[factory](shape, dtype=dtype, device=device)
-                rows[i]["bytes"] = t.untyped_storage().nbytes()
+                rows[i]["bytes"] = apis.storage(t).nbytes()
                 if cuda:
                     rows[i]["allocator_B"] = torch.cuda.memory_allocated() - before
                 with record_function(f"free {i}"):

@@ -22,6 +22,8 @@ every Python process of that environment, spawned workers included, then runs wi
   expectations' tests: an expected failure that passes);
 - exit_status=N: a minimal program ends with status N at exit, with its own last words on
   stderr (a failure other than the known abort);
+- remove=A+B: the torch APIs A and B (dotted names, e.g. torch.amp.GradScaler) are gone, as
+  in a release that predates them (for the tests of `n/a` and of the release history);
 - agent_abort=1: the same abort at exit, always, in the node agents of runs across hosts
   (harness.nodes) other than node 0's, as one did here once node 0's run had finished.
 
@@ -124,8 +126,17 @@ def _changed_fork(warns: bool, threaded: bool) -> None:
     torch.jit.fork = fork
 
 
+def _remove(dotted: str) -> None:
+    import importlib
+
+    parent, _, name = dotted.rpartition(".")
+    delattr(importlib.import_module(parent), name)
+
+
 def _plant(spec: str) -> None:
     opts = dict(kv.split("=") for kv in spec.split(",") if kv)
+    for dotted in filter(None, opts.get("remove", "").split("+")):
+        _remove(dotted)
     if "exit_abort" in opts:
         _abort_at_exit(float(opts["exit_abort"]))
     if "exit_clean" in opts:

@@ -1,0 +1,316 @@
+"""The release history and bisect, and what they stand on: environments built with uv from pip's
+configuration, checks whose API a release lacks (`n/a`), the 1.6 API record. No torch build is
+downloaded: the "releases" here are environments of .venv's torch, some with a planted change
+(tests/planted: an API removed, a warning added, a feature broken)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from browser import visit
+
+from harness import api_record, bisect, cli, envs
+from harness.records import MetricKey
+
+sys.path.insert(0, str(Path(__file__).parent / "planted"))
+from wrap import planted_python  # noqa: E402
+
+BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parent.parent
+TORCH = torch.__version__
+
+
+def _rb(*args: str, envs_dir: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([BIN / "release-bench", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT,
+                          env=os.environ | {"RELEASE_BENCH_ENVS": str(envs_dir)})
+
+
+def fake_release(envs_dir: Path, version: str, plant: str = "") -> Path:
+    """An environment recorded as torch `version`: .venv's torch, with `plant` planted."""
+    folder = envs_dir / f"torch-{version}"
+    planted_python(folder / "bin" / "python", plant)
+    env = envs.TorchEnv(version=version, path=str(folder), torch=TORCH, torchvision=None,
+                        cuda=None, python=sys.version.split()[0], built_s=0.0, disk_bytes=0,
+                        reuses=sys.prefix, build={"local": None, "cuda": None})
+    (folder / envs.MARKER).write_text(json.dumps(env.__dict__))
+    return folder
+
+
+# ---------------------------------------------------------------- environments
+
+def test_a_range_names_every_release_between_its_ends_oldest_first():
+    served = ["2.14.1", "2.14.0", "2.13.0", "2.12.1", "2.12.0", "2.1.0"]
+    assert envs.release_range("2.12.1..2.14.0", served) == ["2.12.1", "2.13.0", "2.14.0"]
+    assert envs.release_range("2.13.0", served) == ["2.13.0"]
+    with pytest.raises(envs.EnvError, match="not on the package registry"):
+        envs.release_range("2.11.0..2.14.1", served)
+    with pytest.raises(envs.EnvError, match="newer than the last"):
+        envs.release_range("2.14.1..2.12.0", served)
+
+
+def test_the_registrys_releases_respect_pips_constraints(monkeypatch, tmp_path):
+    cap = tmp_path / "constraints.txt"
+    cap.write_text("# a cap\ntorch<=2.14.1\ntorchvision<=0.29.1\n")
+    monkeypatch.setattr(envs, "pip_config", lambda: {"constraint": [str(cap)]})
+    listed = ("Available versions: 2.15.0, 2.14.1, 2.13.0+cpu, 2.13.0, 2.13.0rc1, 1.13.1")
+
+    def fake_run(cmd, **kw):
+        return subprocess.CompletedProcess(cmd, 0, stdout=f"torch (2.15.0)\n{listed}\n",
+                                           stderr="")
+
+    monkeypatch.setattr(envs.subprocess, "run", fake_run)
+    # above the cap, local builds and pre-releases are left out
+    assert envs.registry_versions() == ["2.14.1", "2.13.0", "1.13.1"]
+
+
+def test_uv_is_given_pips_constraints_indexes_and_local_folders(monkeypatch):
+    monkeypatch.setattr(envs, "pip_config", lambda: {
+        "constraint": ["/etc/c.txt"], "extra-index-url": ["file:///a", "file:///b"],
+        "find-links": ["/wheels"]})
+    opts = envs.uv_options()
+    assert opts[:2] == ["--index-strategy", "unsafe-best-match"]
+    for pair in (["--constraint", "/etc/c.txt"], ["--extra-index-url", "file:///b"],
+                 ["--find-links", "/wheels"]):
+        assert any(opts[i:i + 2] == pair for i in range(len(opts)))
+    assert "--find-links" not in envs.uv_options(local_files=False)
+
+
+def test_an_old_release_gets_numpy_1_and_one_without_torchvision_is_built_without(monkeypatch):
+    calls = []
+
+    def fake_install(python, args, what):
+        override = next((Path(args[i + 1]).read_text() for i, a in enumerate(args)
+                         if a == "--override"), None)
+        calls.append((args, override))
+        if "torchvision" in args:
+            raise envs.InstallError(f"{what}: error: No solution found",
+                                    "hint: we only found wheels for `torchvision` (v0.10.1)")
+
+    monkeypatch.setattr(envs, "_uv_install", fake_install)
+    monkeypatch.setattr(envs, "pip_config", lambda: {})
+    why = envs._install_release(Path("py"), "1.13.1", True, False, lambda s: None)
+    assert "no torchvision for torch 1.13.1" in why
+    (first, override), (second, _) = calls
+    assert "torchvision" in first and "torchvision" not in second
+    assert override == "numpy<2\n" and "torch==1.13.1" in second
+    calls.clear()
+    monkeypatch.setattr(envs, "_uv_install", lambda python, args, what: calls.append(args))
+    assert envs._install_release(Path("py"), "2.5.0", True, False, lambda s: None) is None
+    assert "--override" not in calls[0] and "torchvision" in calls[0]
+
+
+def test_an_install_that_fails_for_another_reason_is_not_retried(monkeypatch):
+    def fails(python, args, what):
+        raise envs.InstallError(f"{what}: error: no space left", "error: no space left")
+
+    monkeypatch.setattr(envs, "_uv_install", fails)
+    monkeypatch.setattr(envs, "pip_config", lambda: {})
+    with pytest.raises(envs.EnvError, match="no space left"):
+        envs._install_release(Path("py"), "2.5.0", True, False, lambda s: None)
+
+
+def test_the_build_is_read_from_torchs_configuration():
+    build = envs.build_of(torch.__version__, torch.version.cuda, torch.__config__.show())
+    assert build["local"] == (torch.__version__.partition("+")[2] or None)
+    assert build["cpu_capability"] and build["compiler"].split()[0] in ("GCC", "clang")
+    cpu_only = {**build, "local": "cpu", "cuda": None, "use_cuda": "OFF"}
+    assert envs.same_build(build, build) == []
+    assert any(d.startswith("local ") for d in envs.same_build(build, cpu_only))
+
+
+# ---------------------------------------------------------------- the 1.6 API record
+
+def _works():
+    return 1
+
+
+def _warns():
+    warnings.warn("`old_thing` is deprecated (see /some/file.py:12)", FutureWarning,
+                  stacklevel=1)
+
+
+def _removed():
+    return torch.no_such_api
+
+
+def _fails():
+    raise AssertionError("gave 2, documented 3")
+
+
+@pytest.mark.parametrize(("func", "status", "says"), [
+    (_works, "works", ""), (_warns, "warns", "FutureWarning: `old_thing` is deprecated (see "
+                                             "<file>)"),
+    (_removed, "removed", "AttributeError"), (_fails, "fails", "gave 2, documented 3")])
+def test_an_example_works_warns_is_removed_or_fails(func, status, says):
+    got = api_record.run(api_record.Example("demo", func.__name__, "1.6", func, "a demo"))
+    assert got["status"] == status
+    assert says in got["reason"] + "".join(got["warnings"])
+
+
+def test_the_release_notes_examples_run_in_this_torch_and_break_where_their_api_is_gone(
+        tmp_path):
+    def record(python) -> dict:
+        out = subprocess.run([str(python), "-m", "harness.api_record", "amp"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=300,
+                             env=os.environ | {"PYTHONPATH": str(ROOT)})
+        assert out.returncode == 0, out.stderr
+        return {r["example"]: r for r in map(json.loads, out.stdout.splitlines())}
+
+    here = record(sys.executable)
+    assert set(here) == {"cuda_amp_autocast_and_gradscaler", "cpu_amp_autocast_bfloat16",
+                         "autocast_and_amp_gradscaler"}
+    assert here["autocast_and_amp_gradscaler"]["status"] in ("works", "warns")
+    gone = record(planted_python(tmp_path / "py", "remove=torch.amp.GradScaler"))
+    assert gone["autocast_and_amp_gradscaler"]["status"] == "removed"
+    assert "GradScaler" in gone["autocast_and_amp_gradscaler"]["reason"]
+    assert gone["cpu_amp_autocast_bfloat16"]["status"] == here["cpu_amp_autocast_bfloat16"][
+        "status"]
+
+
+# ---------------------------------------------------------------- history
+
+@pytest.mark.slow
+def test_the_history_marks_each_change_at_the_first_release_that_shows_it(tmp_path):
+    envs_dir, out = tmp_path / "envs", tmp_path / "history"
+    # an "older release": no device-generic GradScaler, and eager fork warns
+    fake_release(envs_dir, "2.13.0", "remove=torch.amp.GradScaler,fork_warns=1")
+    fake_release(envs_dir, "2.14.1")
+    args = ("history", "2.13.0..2.14.1", "--no-build", "--suite", "amp", "--suite",
+            "fork_wait", "--skip", "autocast_op_lists", "--skip", "accuracy_parity", "--skip",
+            "clean_exit", "--out", str(out), "--scratch", str(tmp_path / "scratch"))
+    made = _rb(*args, envs_dir=envs_dir)
+    assert made.returncode == 0, made.stdout + made.stderr
+    old, new = (json.loads((out / f"torch-{v}.json").read_text()) for v in ("2.13.0", "2.14.1"))
+    scaler = "amp/grad_scaler[cpu default]"
+    assert old["cases"][scaler]["outcome"] == "n/a"
+    assert old["cases"][scaler]["reason"].startswith("torch.amp.GradScaler: not in torch")
+    assert new["cases"][scaler]["outcome"] == "pass"
+    assert old["project"]["commit"] and old["machine"]["name"]
+    examples = {a["example"]: a["status"] for a in old["api"]}
+    assert examples["autocast_and_amp_gradscaler"] == "removed"
+    assert "2.13.0 -> 2.14.1: amp/grad_scaler[cpu default]: outcome: n/a -> pass" in made.stdout
+    assert ("2.13.0 -> 2.14.1: amp.autocast_and_amp_gradscaler: example: removed -> "
+            in made.stdout)
+    assert "warning went: FutureWarning: torch.jit.fork is deprecated (planted)" in made.stdout
+    # a release recorded already is kept: the history grows by what it lacks
+    again = _rb(*args, envs_dir=envs_dir)
+    assert again.returncode == 0 and "0 releases recorded, 2 kept" in again.stdout
+    # the page, in a real browser
+    page_file = tmp_path / "history.html"
+    shown = _rb("report", "--history", str(out), "--out", str(page_file), envs_dir=envs_dir)
+    assert shown.returncode == 0, shown.stderr
+    page = visit(page_file.as_uri(), "history-planted", count=("table", ".changed", ".na"))
+    assert page.console_errors == [] and page.title == "torch release history"
+    assert page.counts[".na"] >= 1 and page.counts[".changed"] >= 2
+    for text in ("Features × releases", "The 1.6 API as 1.6 users wrote it",
+                 "torch.amp.GradScaler: not in torch", "n/a → pass", "removed"):
+        assert text in page.text, text
+
+
+def _refused(capsys, *args: str) -> str:
+    """The one line `release-bench ARGS` refuses with (in this process: no torch to import)."""
+    assert cli.main(list(args)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_history_refuses_bad_input_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(envs, "ENVS", tmp_path / "envs")
+    out = ("--out", str(tmp_path / "h"))
+    assert "no environment for torch 2.13.0" in _refused(capsys, "history", "2.13.0",
+                                                         "--no-build", *out)
+    assert "not a torch release version" in _refused(capsys, "history", "latest", *out)
+    assert "no environment is built" in _refused(capsys, "history", *out)
+    assert "no history records" in _refused(capsys, "report", "--history", str(tmp_path))
+
+
+# ---------------------------------------------------------------- bisect
+
+@pytest.mark.slow
+def test_bisect_names_the_first_release_where_a_check_breaks(tmp_path):
+    envs_dir = tmp_path / "envs"
+    for version, plant in [("2.11.0", ""), ("2.12.0", ""), ("2.12.1", "fork_threaded=1"),
+                           ("2.13.0", "fork_threaded=1")]:
+        fake_release(envs_dir, version, plant)
+    out = _rb("bisect", "2.11.0", "2.13.0", "--case", "fork_wait/eager_fork_is_serial",
+              "--no-build", "--out", str(tmp_path / "b"), envs_dir=envs_dir)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "first release that differs: torch 2.12.1" in out.stdout
+    (path,) = (tmp_path / "b").rglob("bisect.json")
+    rec = json.loads(path.read_text())
+    assert rec["found"] == "2.12.1" and [s["release"] for s in rec["steps"]] == [
+        "2.11.0", "2.13.0", "2.12.0", "2.12.1"]
+    state = next(iter(rec["steps"][-1]["state"].values()))
+    assert state["outcome"] == "fail" and rec["built"] == []
+
+
+class FakeChange:
+    def __init__(self, case, metric, labels, factor):
+        self.case, self.metric, self.labels, self.factor = case, metric, labels, factor
+        self.interval = [factor * 0.97, factor * 1.03]
+        self.verdict = ("regression" if factor > 1.05 else "improvement" if factor < 0.95
+                        else "unchanged")
+        self.why = ""
+
+
+def _fake_matrix(levels: dict[str, float], measured: list[list[str]]):
+    """A matrix that "measures" each release's GEMM time as `levels` says."""
+    def fake(sides, units, run_args, rounds, out, progress, thresholds, expected, cal,
+             max_rounds):
+        measured.append(list(sides))
+        steps = [[FakeChange("amp/gemm_ladder[cpu default]", "time", {"n": 256},
+                             levels[b] / levels[a])]
+                 for a, b in zip(sides, sides[1:], strict=False)]
+        return {"step_changes": steps, "dir": out}
+    return fake
+
+
+@pytest.mark.parametrize(("levels", "found", "why"), [
+    ([1, 1, 1, 1, 1, 1.4, 1.4, 1.4, 1.4], "2.5.0", "changes from torch 2.4.0 to 2.5.0"),
+    ([1, 1.4, 1.4, 1.4, 1.4, 1.4, 1.4, 1.4, 1.4], "2.1.0", "changes from torch 2.0.0"),
+    ([1, 1, 1, 1.2, 1.2, 1.2, 1.44, 1.44, 1.44], None, "both halves changed"),
+    ([1, 1, 1, 1, 1, 1, 1, 1, 1], None, "neither half changed"),
+])
+def test_bisect_of_a_figure_follows_the_verdicts_and_never_guesses(monkeypatch, tmp_path,
+                                                                    levels, found, why):
+    releases = ["2.0.0", "2.1.0", "2.2.0", "2.3.0", "2.4.0", "2.5.0", "2.6.0", "2.7.0", "2.8.0"]
+    measured: list[list[str]] = []
+    visited: list[str] = []
+    monkeypatch.setattr(bisect.matrix, "matrix",
+                        _fake_matrix(dict(zip(releases, levels, strict=True)), measured))
+    monkeypatch.setattr(bisect, "_env", lambda v, *a: visited.append(v))
+    res = bisect.bisect_metric(releases, None, "amp/gemm_ladder",
+                               MetricKey.of("time", {"n": 256}),
+                               5, None, tmp_path, lambda s: None)
+    assert res["found"] == found and why in res["why"]
+    if found:  # binary search: about log2(9) steps of three releases, never all nine
+        assert len(measured) <= 4 and len(set(visited)) < len(releases)
+        assert res["verdict"] == "regression" and res["factor"] == pytest.approx(1.4)
+
+
+def test_bisect_refuses_bad_input_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(envs, "ENVS", tmp_path / "envs")
+    fake_release(tmp_path / "envs", "2.14.1")
+    for args, says in [
+        (("--case", "amp/nope"), "no case 'amp/nope'"),
+        (("--case", "amp/grad_scaler", "--metric", "time"), "is a conformance case"),
+        (("--case", "amp/gemm_ladder"), "name a figure with --metric"),
+        (("--case", "amp/gemm_ladder", "--metric", "time[n]"), "is not label=value"),
+        (("--case", "amp/grad_scaler"), "no environment for torch 2.12.0"),
+    ]:
+        assert says in _refused(capsys, "bisect", "2.12.0", "2.14.1", *args, "--no-build")
+
+
+def test_a_metric_is_named_as_the_output_writes_it():
+    assert bisect.parse_metric("time[dtype=autocast-bfloat16, n=256]") == MetricKey.of(
+        "time", {"n": 256, "dtype": "autocast-bfloat16"})
+    assert bisect.parse_metric("speedup") == MetricKey.of("speedup")
