@@ -50,9 +50,10 @@ VERSION = re.compile(r"\d+\.\d+\.\d+(?:\+[a-z0-9]+)?")
 INSTALL_TIMEOUT_S = 3600
 # torch releases before this one were built against NumPy 1 and fail on NumPy 2's arrays
 NUMPY_2_FROM = Version("2.3.0")
-# torch's C++-extension module, which the harness imports, takes `packaging` from setuptools'
-# pkg_resources before this release; setuptools 70 dropped it there (and recent releases of
-# torch require a newer setuptools, so the cap is only for the old ones)
+# torch's C++-extension module, which the harness imports, imports setuptools, which torch
+# declares a requirement of only on Python 3.12 and later; before this release it also takes
+# `packaging` from setuptools' pkg_resources, which setuptools 70 dropped (and recent releases
+# of torch require a newer setuptools, so the cap is only for the old ones)
 PKG_RESOURCES_UNTIL = Version("2.2.0")
 
 
@@ -337,9 +338,8 @@ def _install_release(python: Path, version: str, torchvision: bool, local_files:
             override = Path(tmp) / "overrides.txt"
             override.write_text("numpy<2\n")
             options += ["--override", str(override)]
-        base = ["-r", str(ROOT / "requirements-base.txt")]
-        if Version(version.split("+")[0]) < PKG_RESOURCES_UNTIL:
-            base.append("setuptools<70")
+        old = Version(version.split("+")[0]) < PKG_RESOURCES_UNTIL
+        base = ["-r", str(ROOT / "requirements-base.txt"), "setuptools<70" if old else "setuptools"]
         if torchvision:
             log(f"installing torch=={version}, the torchvision that pins it and the base "
                 "requirements (uv)")

@@ -1,9 +1,15 @@
 """One way to time things, for every suite: torch.utils.benchmark underneath.
 
-`torch.utils.benchmark.Timer` warms up (its block-size estimate runs the statement first),
-synchronises the accelerator around every timed block, and computes median and IQR itself;
-this module only chooses its settings and returns the figures in a small record. Nothing here
-computes statistics by hand.
+`torch.utils.benchmark.Timer` warms up (its block-size estimate runs the statement first)
+and computes median and IQR itself; this module only chooses its settings and its clock and
+returns the figures in a small record. Nothing here computes statistics by hand.
+
+The clock is chosen here, not left to the Timer, so that every torch release is measured with
+the same instrument: from torch 2.14 the Timer's default clock asks
+`torch.accelerator.is_available()` at every reading, which costs microseconds on a CUDA build
+without a GPU, so its block-size estimate puts 100 times more calls in a block and a measurement
+gets 100 times fewer blocks. CPU statements get the plain clock; CUDA ones a clock that
+synchronises the device (`sync_clock`).
 
 Ratios (speedups, overheads) should come from `measure_interleaved`, which alternates the
 contenders block by block so that a noisy neighbour slows all of them alike.
@@ -83,7 +89,8 @@ def sync_clock() -> float:
     return time.perf_counter()
 
 
-def _timer(fn: Callable[[], object], threads: int | None, label: str) -> tbench.Timer:
+def _timer(fn: Callable[[], object], threads: int | None, label: str,
+           device: str | torch.device) -> tbench.Timer:
     # Timer runs the statement under `num_threads` intra-op threads (its default is 1):
     # keep whatever the process is set to unless the caller asks otherwise.
     return tbench.Timer(
@@ -91,6 +98,7 @@ def _timer(fn: Callable[[], object], threads: int | None, label: str) -> tbench.
         globals={"fn": fn},
         num_threads=threads if threads is not None else torch.get_num_threads(),
         label=label,
+        timer=time.perf_counter if torch.device(device).type == "cpu" else sync_clock,
     )
 
 
@@ -116,7 +124,7 @@ def measure(
     for _ in range(warmup):
         fn()
     synchronize(device)
-    timer = _timer(fn, threads, label)
+    timer = _timer(fn, threads, label, device)
     start = time.perf_counter()
     ms = [timer.adaptive_autorange(threshold=threshold, min_run_time=min_run_time,
                                    max_run_time=max_run_time)]
@@ -165,7 +173,7 @@ def measure_interleaved(
     context-manager factory entered around each of that statement's rounds (for instance a
     telemetry sampler, to time the same statement with and without it).
     """
-    timers = {name: _timer(fn, threads, name) for name, fn in fns.items()}
+    timers = {name: _timer(fn, threads, name, device) for name, fn in fns.items()}
     for fn in fns.values():
         for _ in range(warmup):
             fn()

@@ -44,6 +44,18 @@ def test_interleaved_orders_contenders_and_counts_every_round():
     assert ts["short"].calls <= calls["short"]
 
 
+def test_cpu_timing_reads_a_plain_clock(monkeypatch):
+    # torch 2.14's default Timer clock asks for an accelerator at every reading, which made
+    # blocks 100 times longer on a CUDA build without a GPU: CPU timing must not ask
+    asked = []
+    real = torch.accelerator.is_available
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: asked.append(1) or real())
+    t = timing.measure(lambda: None, min_run_time=0.01)
+    ts = timing.measure_interleaved({"a": lambda: None, "b": lambda: None}, min_run_time=0.01)
+    assert t.runs >= timing.MIN_BLOCKS and ts["a"].runs >= 3
+    assert asked == []
+
+
 def test_sync_clock_is_monotonic():
     a, b = timing.sync_clock(), timing.sync_clock()
     assert b >= a
