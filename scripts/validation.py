@@ -14,6 +14,10 @@ regressions and how many called unchanged, how many others were flagged (false f
 counts of unchanged and inconclusive figures, the median detectable change and the wall
 time. `render` writes docs/validation.md from every row, oldest first; a test checks that
 the committed page is what `render` makes, so a new experiment is a new row, not new prose.
+Measurements that are not an ab of a plant (a release history's cost, a bisect, a change in
+a release that the harness had to answer) are findings: one JSON each in
+`results/validation/findings/` (date, commit, machine, title, text, command), listed under
+the table.
 `spread` prints each family's sd of log B/A per round (per swapped pair in a duet; a family's
 figure is the 75% quantile of its members', as `calibrate` keeps it) in stored ab folders,
 planted or not: a plant moves the mean, not the spread about it.
@@ -31,6 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = ROOT / "results" / "validation"
+FINDINGS = ROWS / "findings"
 PAGE = ROOT / "docs" / "validation.md"
 CALIBRATIONS = ROOT / "results" / "calibration"
 sys.path.insert(0, str(ROOT))
@@ -127,8 +132,9 @@ def _cell(field: str, value) -> str:
     return str(value).replace("|", "\\|")
 
 
-def render(rows: list[dict]) -> str:
+def render(rows: list[dict], findings: list[dict] | None = None) -> str:
     rows = sorted(rows, key=lambda r: (r["date"], r["name"]))
+    findings = load_findings() if findings is None else findings
     lines = [
         "# Validation experiments",
         "",
@@ -157,7 +163,24 @@ def render(rows: list[dict]) -> str:
         if r.get("note") or len(r.get("stages") or []) > 1:
             lines.append(f"- **{r['date']}, {r['commit']}, {r['experiment']}, {r['design']}**: "
                          + "; ".join(filter(None, [r.get("note"), _stages(r)])) + ".")
-    return "\n".join(lines + _calibration_lines(load_calibrations())) + "\n"
+    return "\n".join(lines + _finding_lines(findings)
+                     + _calibration_lines(load_calibrations())) + "\n"
+
+
+def load_findings(root: Path = FINDINGS) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(root.glob("*.json"))]
+
+
+def _finding_lines(findings: list[dict]) -> list[str]:
+    if not findings:
+        return []
+    lines = ["", "## Findings", "",
+             "Measurements that are not a planted comparison, each with the command that "
+             "reproduces it (rows in `results/validation/findings/`)."]
+    for f in sorted(findings, key=lambda f: (f["date"], f["title"])):
+        lines += ["", f"- **{f['date']}, {f['commit']}, {f['machine']}: {f['title']}**. "
+                  f"{f['text']} Reproduce: `{f['command']}`"]
+    return lines
 
 
 def load_calibrations(root: Path = CALIBRATIONS) -> list[dict]:

@@ -104,7 +104,10 @@ def test_the_validation_page_is_what_its_rows_render():
     rows = validation.load_rows()
     assert len(rows) >= 17 and all({"date", "commit", "machine", "experiment", "command"}
                                    <= set(r) for r in rows)
-    assert (ROOT / "docs" / "validation.md").read_text() == validation.render(rows)
+    findings = validation.load_findings()
+    assert all({"date", "commit", "machine", "title", "text", "command"} <= set(f)
+               for f in findings)
+    assert (ROOT / "docs" / "validation.md").read_text() == validation.render(rows, findings)
 
 
 # Keys that only a run record has: outside harness/records.py a run, a result, a metric or a

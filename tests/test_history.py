@@ -215,6 +215,24 @@ def test_the_history_marks_each_change_at_the_first_release_that_shows_it(tmp_pa
         assert text in page.text, text
 
 
+def test_the_committed_history_renders_every_release(tmp_path):
+    """The history recorded over every release the registry serves for this Python (1.13.0 to
+    2.14.1) on this machine kind, in a real browser."""
+    folder = ROOT / "results" / "history" / "amd-epyc-2c"
+    recorded = [json.loads(p.read_text())["release"] for p in folder.glob("torch-*.json")]
+    assert len(recorded) == 29 and {"1.13.0", "2.14.1"} <= set(recorded)
+    page_file = tmp_path / "history.html"
+    shown = _rb("report", "--history", str(folder), "--out", str(page_file),
+                envs_dir=tmp_path / "envs")
+    assert shown.returncode == 0, shown.stderr
+    page = visit(page_file.as_uri(), "history-committed", count=("table", ".changed"))
+    assert page.console_errors == [] and page.counts[".changed"] >= 10
+    for release in recorded:
+        assert release in page.text, release
+    # the 1.6 profiler's device switch, removed in 2.14.0
+    assert "unexpected keyword argument 'use_cuda'" in page.text
+
+
 def _refused(capsys, *args: str) -> str:
     """The one line `release-bench ARGS` refuses with (in this process: no torch to import)."""
     assert cli.main(list(args)) == 2
@@ -251,6 +269,7 @@ def test_bisect_names_the_first_release_where_a_check_breaks(tmp_path):
         "2.11.0", "2.13.0", "2.12.0", "2.12.1"]
     state = next(iter(rec["steps"][-1]["state"].values()))
     assert state["outcome"] == "fail" and rec["built"] == []
+    assert rec["machine"] and len(rec["project"]["commit"]) == 40 and rec["started"]
 
 
 class FakeChange:

@@ -37,9 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args) -> int:
+    import time
     from pathlib import Path
 
-    from harness import bisect, campaign, envs, registry
+    from harness import bisect, campaign, envs, machine, registry
     from harness.commands.history import versions_of
 
     suite_name, _, case_name = args.case.partition("/")
@@ -67,6 +68,9 @@ def main(args) -> int:
     unit = campaign.Unit(suite_name, (case_name,), benchmark=metric is not None,
                          rounds_factor=factor)
     out = campaign.new_folder(Path(args.out), "bisect")
+    # what the record's figures belong to: when, on which machine, at which commit
+    identity = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "machine": machine.machine_name(), "project": machine.project_commit()}
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -84,7 +88,7 @@ def main(args) -> int:
                                        local_files=args.local_builds)
     except (campaign.CampaignError, envs.EnvError) as e:
         raise UsageError(f"bisect: {e}") from e
-    path = bisect.write(out, {"case": args.case, "releases": releases, **res})
+    path = bisect.write(out, {"case": args.case, "releases": releases, **identity, **res})
     if cal_line:
         print(cal_line)
     for i, step in enumerate(res["steps"], 1):
