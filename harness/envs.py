@@ -334,12 +334,13 @@ def _install_release(python: Path, version: str, torchvision: bool, local_files:
     Returns why torchvision was left out, or None."""
     options = uv_options(local_files)
     with tempfile.TemporaryDirectory() as tmp:
-        if Version(version.split("+")[0]) < NUMPY_2_FROM:
+        release = Version(version.split("+")[0])
+        if release < NUMPY_2_FROM:
             override = Path(tmp) / "overrides.txt"
             override.write_text("numpy<2\n")
             options += ["--override", str(override)]
-        old = Version(version.split("+")[0]) < PKG_RESOURCES_UNTIL
-        base = ["-r", str(ROOT / "requirements-base.txt"), "setuptools<70" if old else "setuptools"]
+        base = ["-r", str(ROOT / "requirements-base.txt"),
+                "setuptools<70" if release < PKG_RESOURCES_UNTIL else "setuptools"]
         if torchvision:
             log(f"installing torch=={version}, the torchvision that pins it and the base "
                 "requirements (uv)")

@@ -37,10 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args) -> int:
-    import time
     from pathlib import Path
 
-    from harness import bisect, campaign, envs, machine, registry
+    from harness import bisect, campaign, envs, machine, records, registry
     from harness.commands.history import versions_of
 
     suite_name, _, case_name = args.case.partition("/")
@@ -69,8 +68,8 @@ def main(args) -> int:
                          rounds_factor=factor)
     out = campaign.new_folder(Path(args.out), "bisect")
     # what the record's figures belong to: when, on which machine, at which commit
-    identity = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "machine": machine.machine_name(), "project": machine.project_commit()}
+    identity = {"started": records.now(), "machine": machine.machine_name(),
+                "project": machine.project_commit()}
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
