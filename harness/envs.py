@@ -303,7 +303,21 @@ def same_build(a: dict, b: dict) -> list[str]:
     """What differs between two builds, beyond what changes with every release (the
     compiler's and libraries' versions move too); [] when they are alike."""
     keys = ("local", "cuda", "use_cuda", "blas_info", "use_mkldnn")
-    return [f"{k} {a.get(k)} -> {b.get(k)}" for k in keys if a.get(k) != b.get(k)]
+    return [f"{k} {a.get(k)} -> {b.get(k)}" for k in keys
+            if _cmake_value(a.get(k)) != _cmake_value(b.get(k))]
+
+
+# CMake's spellings of a switch: torch 2.13 prints USE_CUDA=1 where 2.12 printed USE_CUDA=ON,
+# one build setting in two spellings
+_CMAKE_TRUE, _CMAKE_FALSE = {"1", "ON", "YES", "TRUE", "Y"}, {"0", "OFF", "NO", "FALSE", "N"}
+
+
+def _cmake_value(value):
+    if isinstance(value, str) and value.upper() in _CMAKE_TRUE:
+        return True
+    if isinstance(value, str) and value.upper() in _CMAKE_FALSE:
+        return False
+    return value
 
 
 def probe(python: Path, torchvision: bool = True) -> dict:

@@ -126,6 +126,14 @@ def test_the_build_is_read_from_torchs_configuration():
     assert any(d.startswith("local ") for d in envs.same_build(build, cpu_only))
 
 
+def test_a_switch_spelled_otherwise_is_the_same_build():
+    # torch 2.12.1 prints USE_CUDA=ON, 2.13.0 USE_CUDA=1: one build setting, two spellings
+    a = {"local": "cu130", "cuda": "13.0", "use_cuda": "ON", "use_mkldnn": "ON"}
+    assert envs.same_build(a, {**a, "use_cuda": "1"}) == []
+    assert envs.same_build(a, {**a, "use_cuda": "OFF"}) == ["use_cuda ON -> OFF"]
+    assert envs.same_build(a, {**a, "use_mkldnn": "0"}) == ["use_mkldnn ON -> 0"]
+
+
 # ---------------------------------------------------------------- the 1.6 API record
 
 def _works():
