@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import machine
+from harness.running import machine
 
 
 def pytest_collection_modifyitems(config, items):
@@ -19,7 +19,7 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_benchmark_update_machine_info(config, machine_info):
     # pytest-benchmark's own machine_info knows nothing of GPUs or the torch build.
-    from harness.pytest_adapter import process_telemetry
+    from harness.adapters.pytest_adapter import process_telemetry
 
     machine_info["release_bench"] = machine.fingerprint()
     machine_info["release_bench_telemetry"] = process_telemetry().info

@@ -11,7 +11,7 @@ A `Suite` holds three kinds of definitions:
   callables these builders return, so they cannot drift apart.
 
 A case may also declare the figures asv tracks across commits (`tracks=[TrackView(...)]`);
-harness.asv_adapter generates the asv classes from these declarations and the workloads.
+harness.adapters.asv_adapter generates the asv classes from these declarations and the workloads.
 
 Parameters are lists of dicts per profile (`quick`, `full`), optionally per device as well
 (`"quick:cuda"` takes precedence over `"quick"` on CUDA); `grid()` builds products.
@@ -37,7 +37,7 @@ from harness.records import Metric as RecordedMetric
 from harness.records import param_id as param_id  # how a parameter set is written, once
 
 if TYPE_CHECKING:  # imported where used, so that the CLI can start (and explain) without torch
-    from harness import launch, timing
+    from harness.running import launch, timing
 
 Params = dict[str, Any]
 ParamSpec = Sequence[Params] | Mapping[str, Sequence[Params]]
@@ -235,7 +235,7 @@ class Context:
     shown_tables: list[str] = field(default_factory=list)
     iterations: int = 0  # calls timed in this process, for telemetry's energy per iteration
     # Where the case's worker processes run (`launch`), as the runner was told: the hosts of a
-    # run across hosts (`harness.nodes.Cluster`), or this machine when None.
+    # run across hosts (`harness.running.nodes.Cluster`), or this machine when None.
     cluster: launch.Cluster | None = None
     # What each of those workers runs first: how a test breaks a feature inside them.
     worker_setup: Callable[[], None] | None = None
@@ -254,10 +254,10 @@ class Context:
 
     def launch(self, fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (),
                **kw: Any) -> list[Any]:
-        """`harness.launch.launch` for this case: its ranks spread over the run's hosts in a
+        """`harness.running.launch.launch` for this case: its ranks spread over the run's hosts in a
         run across hosts, on this machine otherwise, each worker running `worker_setup` first
         unless the call gives a `setup` of its own."""
-        from harness import launch
+        from harness.running import launch
 
         kw["setup"] = kw.get("setup") or self.worker_setup
         return launch.launch(fn, nprocs, args, cluster=self.cluster, **kw)
@@ -335,7 +335,7 @@ class Context:
     def measure(self, name: str, fn: Callable[[], object], *,
                 labels: Mapping[str, Any] | None = None, **kw: Any) -> timing.Timing:
         """Time `fn` with the profile's run time and record its median as a metric."""
-        from harness import timing
+        from harness.running import timing
 
         kw.setdefault("min_run_time", self.min_run_time)
         t = timing.measure(fn, device=self.device, **kw)
@@ -350,7 +350,7 @@ class Context:
     ) -> dict[str, timing.Timing]:
         """Time several statements interleaved and record each median as a metric: named by
         its key, or, with `name`, all named `name` with the key as the label `label`."""
-        from harness import timing
+        from harness.running import timing
 
         kw.setdefault("min_run_time", self.min_run_time)
         ts = timing.measure_interleaved(fns, device=self.device, **kw)
@@ -456,9 +456,9 @@ class Case:
     needs: tuple[str, ...]  # besides the device: "distributed", "torchvision", ...
     sampled: bool = True  # whether the runner samples telemetry around it
     options: tuple[str, ...] = ()  # parameters it reads when given, beyond its sets' keys
-    tracks: tuple[TrackView, ...] = ()  # the figures asv tracks (harness.asv_adapter)
+    tracks: tuple[TrackView, ...] = ()  # the figures asv tracks (harness.adapters.asv_adapter)
     settings: Settings = Settings()  # what it runs with in each profile (ctx.settings)
-    # whether `ab --duet` may run it as a side of a duet (harness.duet): one process, its
+    # whether `ab --duet` may run it as a side of a duet (harness.running.duet): one process, its
     # figures CPU-bound and meaningful on half of the machine
     duet: bool = False
     # the torch APIs it exercises, as dotted names (`has_api`): in a release without one of
@@ -552,11 +552,13 @@ class Suite:
         self.spans_hosts = spans_hosts
         self.cases: list[Case] = []
         self.workloads: list[Workload] = []
-        # the report's figures: each takes the run's entries of this suite (harness.figures)
+        # the report's figures: each takes the run's entries of this suite
+        # (harness.presenting.figures)
         self.figures: list[Callable[[list[Result]], Any]] = []
 
     def figure(self, func: Callable[[list[Result]], Any]) -> Callable[[list[Result]], Any]:
-        """Declare a report figure (in `suites/<name>/figures.py`, see harness.figures)."""
+        """Declare a report figure (in `suites/<name>/figures.py`; see
+        harness.presenting.figures)."""
         self.figures.append(func)
         return func
 
@@ -596,7 +598,7 @@ class Suite:
         `tracks` declares the figures asv tracks; `settings` are its values by profile (sizes,
         plans, timeouts: see `Settings`), read from `ctx.settings`. `duet=True`: `ab --duet`
         runs it on the CPU as a side of a duet (one process whose figures hold on half the
-        machine; see harness.duet). How many rounds `ab` gives it is this machine's
+        machine; see harness.running.duet). How many rounds `ab` gives it is this machine's
         calibration's to say."""
         return self._case("benchmark", params, devices, needs, sampled, options, tracks,
                           settings, duet, apis)

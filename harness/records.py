@@ -236,9 +236,9 @@ class Result:
     shown_tables: tuple[str, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
     telemetry: dict[str, Any] | None = None
-    # where each rank ran, in a run across hosts (harness.nodes)
+    # where each rank ran, in a run across hosts (harness.running.nodes)
     placement: Any = None
-    # its status under the expectations file (harness.expectations.Judgement.to_json)
+    # its status under the expectations file (harness.comparing.expectations.Judgement.to_json)
     expected: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -323,9 +323,9 @@ class Run:
     notes: tuple[str, ...] = ()
     telemetry: dict[str, Any] | None = None  # the telemetry's sources (sampler info)
     hosts: list[dict[str, Any]] | None = None  # a run across hosts: one entry per host
-    # the expectations file's verdict on it (harness.expectations.RunJudgement.to_json)
+    # the expectations file's verdict on it (harness.comparing.expectations.RunJudgement.to_json)
     expectations: dict[str, Any] | None = None
-    # a side of a campaign merged over its rounds (harness.campaign): which side, its
+    # a side of a campaign merged over its rounds (harness.comparing.campaign): which side, its
     # environment and its rounds
     ab: dict[str, Any] | None = None
     # how its figures were measured: {"design": "sequential" or "duet", "cpus": [...],

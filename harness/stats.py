@@ -171,7 +171,7 @@ FAMILY_MIN = 3  # members with a spread of their own a family needs to lend it t
 # The family's spread is a high quantile of its members' rather than their median: with two
 # or three runs a noisy member can look quiet by chance, and must not then borrow a quiet
 # family's confidence (judged on A/A runs of this machine: docs/validation.md; a calibration
-# measures the quantile's spread for its machine, see harness/calibration.py).
+# measures the quantile's spread for its machine, see harness/comparing/calibration.py).
 FAMILY_QUANTILE = 0.75
 
 

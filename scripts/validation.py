@@ -240,7 +240,7 @@ def spreads(base: Path) -> list[dict]:
     """Each family's spread in a stored ab folder, as `calibrate` measures it from an A/A: the
     sd of a round's log B/A (of a swapped pair's, in a duet) about its mean, so that a plant,
     which moves the mean, leaves it as it is; and the change 5 rounds (pairs) detect at it."""
-    from harness import calibrate, calibration, campaign
+    from harness.comparing import calibrate, calibration, campaign
 
     meta = json.loads((base / "ab.json").read_text())
     rounds = campaign.load_rounds(base)

@@ -1,4 +1,4 @@
-"""Stands in for harness.telemetry.Telemetry in tests: every case's summary says `reasons`
+"""Stands in for harness.running.telemetry.Telemetry in tests: every case's summary says `reasons`
 (none: a valid, uncontended measurement)."""
 
 from __future__ import annotations

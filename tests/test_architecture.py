@@ -20,17 +20,16 @@ HISTORY = re.compile(r"stop [0-9]+|closing note|this session", re.IGNORECASE)
 GLOBALS_ALLOWED: dict[str, str] = {}
 
 
-def harness_modules(root: Path = ROOT / "harness") -> list[str]:
+def harness_modules(root: Path = ROOT / "harness", prefix: str = "") -> list[str]:
     """Every module and package of the harness, as architecture.md names them: `cases`,
-    `telemetry/` (a package), `telemetry/sampler` is covered by its package's line."""
+    `running/` (a package), `running/timing` (named as `timing`), `running/telemetry/`."""
     out = []
     for path in sorted(root.iterdir()):
-        if path.suffix == ".py":
-            out.append(path.stem)
+        if path.suffix == ".py" and not (prefix and path.stem == "__init__"):
+            out.append(prefix + path.stem)
         elif path.is_dir() and (path / "__init__.py").exists():
-            out.append(f"{path.name}/")
-            out += [f"{path.name}/{p.stem}" for p in sorted(path.glob("*.py"))
-                    if p.stem != "__init__"]
+            out.append(f"{prefix}{path.name}/")
+            out += harness_modules(path, f"{prefix}{path.name}/")
     return out
 
 
@@ -40,7 +39,7 @@ def missing_from_map(text: str, modules: list[str], suites: list[str]) -> list[s
     named = set(re.findall(r"`([\w/]+)`", text))
     out = []
     for m in modules:
-        leaf = m.rsplit("/", 1)[-1]
+        leaf = m.rstrip("/").rsplit("/", 1)[-1] + ("/" if m.endswith("/") else "")
         if m not in named and leaf not in named:
             out.append(m)
     return out + [s for s in suites if s not in named]
@@ -57,6 +56,72 @@ def test_the_check_fails_when_a_module_has_no_line(tmp_path):
     text = "| `cases` | how a suite defines what it measures |\n| `amp` | ... |"
     assert missing_from_map(text, harness_modules(tmp_path), ["amp", "rpc"]) == [
         "newcomer", "rpc"]
+
+
+def test_the_check_reaches_into_folders(tmp_path):
+    (tmp_path / "running" / "telemetry").mkdir(parents=True)
+    for f in ("running/__init__.py", "running/runner.py", "running/telemetry/__init__.py",
+              "running/telemetry/host.py", "running/telemetry/nvml.py"):
+        (tmp_path / f).write_text("")
+    text = "| **`running/`** | |\n| `runner` | |\n| `telemetry/` | `host` (CPU use) |"
+    assert missing_from_map(text, harness_modules(tmp_path), []) == ["running/telemetry/nvml"]
+
+
+# The folders of harness/, each a job, in the order they build on each other: a module
+# imports from its own folder and from those before it in this list, never from a later one
+# ("top" is the modules directly in harness/: the vocabulary every folder shares).
+LAYERS = ("top", "running", "comparing", "releases", "presenting", "adapters", "commands")
+# An import of a later folder that must stay, "file -> module", with the reason.
+UPWARD_ALLOWED = {
+    "harness/cases.py -> harness.running.launch":
+        "a case's Context starts its workers through launch (the runner, above, runs cases)",
+    "harness/cases.py -> harness.running.timing":
+        "a case's Context times its statements with timing",
+    "harness/running/nodes.py -> harness.commands.run":
+        "the node agent torchrun starts is an entry point: node 0's agent runs the run command",
+}
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    if module == "harness.cli":
+        return "commands"
+    return parts[1] if len(parts) > 2 and parts[1] in LAYERS else "top"
+
+
+def upward_imports(root: Path = ROOT / "harness") -> list[str]:
+    """"file -> module" for every import of a later folder than the importing file's."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root.parent)
+        here = _layer(".".join(rel.with_suffix("").parts))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness"):
+                names = [node.module] if node.module.count(".") >= 2 or (
+                    node.module.count(".") == 1 and node.module.split(".")[1] not in LAYERS) \
+                    else [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names if a.name.startswith("harness.")]
+            else:
+                continue
+            out += [f"{rel.as_posix()} -> {name}" for name in names
+                    if LAYERS.index(_layer(name)) > LAYERS.index(here)]
+    return sorted(set(out))
+
+
+def test_each_folder_imports_only_from_the_folders_before_it():
+    assert [i for i in upward_imports() if i not in UPWARD_ALLOWED] == []
+
+
+def test_the_layer_check_finds_an_import_of_a_later_folder(tmp_path):
+    for folder in ("running", "presenting"):
+        (tmp_path / "harness" / folder).mkdir(parents=True)
+    (tmp_path / "harness" / "running" / "runner.py").write_text(
+        "from harness.presenting import summary\nfrom harness import records\n")
+    (tmp_path / "harness" / "presenting" / "summary.py").write_text(
+        "from harness.running import runner\n")
+    assert upward_imports(tmp_path / "harness") == [
+        "harness/running/runner.py -> harness.presenting.summary"]
 
 
 def rebound_globals(root: Path = ROOT / "harness") -> list[str]:
@@ -118,18 +183,18 @@ RECORD_KEYS = frozenset({
     "headline", "passed", "expected", "telemetry"})
 # Other documents that share a key name with the run record, each with why it is not one.
 NOT_RECORDS = {
-    ("harness/nodes.py", "results"): "a worker's report to node 0: its ranks' return values",
-    ("harness/matrix.py", "outcome"): "matrix.json's summary of a case on one side",
-    ("harness/matrix.py", "labels"): "matrix.json's headline figures",
+    ("harness/running/nodes.py", "results"): "a worker's report to node 0: its ranks' values",
+    ("harness/releases/matrix.py", "outcome"): "matrix.json's summary of a case on one side",
+    ("harness/releases/matrix.py", "labels"): "matrix.json's headline figures",
     ("harness/commands/matrix.py", "outcome"): "matrix.json's summary of a case on one side",
     ("harness/commands/matrix.py", "expected"): "matrix.json's summary of a case on one side",
     ("harness/commands/matrix.py", "labels"): "matrix.json's verdicts (compare.Change)",
-    ("harness/expectations.py", "outcome"): "an entry of the expectations file",
-    ("harness/calibration.py", "labels"): "a calibration file's figures",
-    ("harness/report.py", "labels"): "matrix.json's headline figures and their verdicts",
-    ("harness/report.py", "outcome"): "a history record's summary of a case in one release",
+    ("harness/comparing/expectations.py", "outcome"): "an entry of the expectations file",
+    ("harness/comparing/calibration.py", "labels"): "a calibration file's figures",
+    ("harness/presenting/report.py", "labels"): "matrix.json's headline figures and their verdicts",
+    ("harness/presenting/report.py", "outcome"): "a history record's summary of a case",
     ("harness/commands/history.py", "outcome"): "a history record's summary of a case",
-    ("harness/bisect.py", "outcome"): "matrix.summarize_side's summary of a case",
+    ("harness/releases/bisect.py", "outcome"): "matrix.summarize_side's summary of a case",
     ("harness/commands/bisect.py", "outcome"): "bisect.json's state of a case in one release",
 }
 

@@ -1,4 +1,4 @@
-"""The asv views against the definitions they are generated from (harness.asv_adapter): asv
+"""The asv views against the definitions they are generated from (harness.adapters.asv_adapter): asv
 discovers a time view of every workload and a figure view of every figure a case declares,
 under the names its stored results are filed under; each time view's grid is its workload's
 quick grid, each figure view finds every figure it tracks in a real run record with the
@@ -17,8 +17,8 @@ from types import SimpleNamespace
 import pytest
 from asv_runner.discovery import disc_benchmarks
 
-from harness import asv_adapter as asv
 from harness import records, registry
+from harness.adapters import asv_adapter as asv
 from harness.cases import Suite, TrackView, param_id
 from suites.rpc import cases as rpc_cases
 

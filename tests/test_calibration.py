@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import calibrate, calibration, compare, records
+from harness import records
 from harness.cases import Context
+from harness.comparing import calibrate, calibration, compare
 
 BIN = Path(sys.executable).parent
 MACHINE = {"name": "m", "cpu": {"model": "EPYC", "logical_cores": 2, "flags": {"avx2": True}},
@@ -90,7 +91,7 @@ def test_a_calibration_is_used_only_on_the_hardware_it_measured(tmp_path):
 def test_the_calibrations_floor_holds_a_figure_that_looked_steady_by_chance():
     """Three rounds in which a figure whose level this machine draws per process happened to
     agree: the calibration's spread keeps it from being called a regression."""
-    from harness import campaign
+    from harness.comparing import campaign
 
     rng = np.random.default_rng(5)
     steady = _side(rng, 3, {"c": 0.0})
@@ -115,7 +116,7 @@ def test_the_calibrations_floor_holds_a_figure_that_looked_steady_by_chance():
 def test_calibrate_runs_an_aa_here_and_writes_the_machines_calibration(tmp_path):
     """A real calibration: an A/A campaign of the profiler's overhead (one live campaign of the
     test suite, so its ab folder is checked here too), and the calibration written from it."""
-    from harness import campaign
+    from harness.comparing import campaign
 
     bad = subprocess.run([BIN / "release-bench", "calibrate", "--rounds", "2"],
                          capture_output=True, text=True, timeout=120)

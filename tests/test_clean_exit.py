@@ -1,4 +1,4 @@
-"""harness.clean_exit sees every way a process can end badly, and a suite's clean_exit case
+"""harness.running.clean_exit sees every way a process can end badly, and a suite's clean_exit case
 fails, with the rate, when its program aborts at exit in some processes."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import psutil
 import pytest
 import torch
 
-from harness import clean_exit, expectations
-from harness.runner import execute
+from harness.comparing import expectations
+from harness.running import clean_exit
+from harness.running.runner import execute
 from suites.fork_wait import cases as fork_wait_cases
 
 PLANTED = Path(__file__).resolve().parent / "planted"

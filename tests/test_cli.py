@@ -108,8 +108,9 @@ def test_list_prints_each_cases_declared_settings_for_the_profile(profile, capsy
     for case, lines in DECLARED[profile].items():
         assert {prefix + x for x in lines} <= set(blocks[case]), case
     # a benchmark's rounds in a campaign, by this machine's calibration (its factor, or 1)
-    from harness import calibration, machine
     from harness.commands.ab import DEFAULT_ROUNDS
+    from harness.comparing import calibration
+    from harness.running import machine
 
     cal, _ = calibration.for_machine(machine.fingerprint())
     for suite in registry.all_suites():
@@ -220,7 +221,7 @@ def test_exit_1_when_a_case_fails(tmp_path, monkeypatch, capsys):
 
 
 def test_show_of_an_ab_folder_counts_all_five_verdicts(tmp_path):
-    from harness import compare
+    from harness.comparing import compare
 
     def change(verdict: str, factor: float) -> dict:
         return compare.Change("amp/gemm[cpu]", "time", {"n": 256}, "s", "time", 1.0, factor,

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import calibration, compare, records, stats
+from harness import records, stats
 from harness.cases import Context
+from harness.comparing import calibration, compare
 
 BIN = Path(sys.executable).parent
 MACHINE = {"name": "m", "cpu": {"model": "Xeon", "logical_cores": 2,
@@ -312,8 +313,8 @@ def test_ab_takes_the_history_of_this_machines_hardware(tmp_path):
     differed in CPU model, and ab refused the folder)."""
     import argparse
 
-    from harness import machine
     from harness.commands import ab as ab_command
+    from harness.running import machine
 
     here = _run([_metric("t", [1.0, 1.1, 1.2])], machine=machine.fingerprint())
     elsewhere = _run([_metric("t", [1.0, 1.1, 1.2])],
@@ -336,7 +337,7 @@ def test_in_ab_the_history_keeps_a_flipping_metric_from_looking_steady():
                                      labels={"i": "flips"})])
 
     a_rounds, b_rounds = [run(1.0), run(1.0)], [run(1.5), run(1.5)]
-    from harness import campaign
+    from harness.comparing import campaign
 
     reps = campaign.round_values(a_rounds, b_rounds)
     a, b = campaign.merge_runs(a_rounds), campaign.merge_runs(b_rounds)
@@ -358,7 +359,7 @@ def test_without_a_calibration_a_level_drawn_per_process_needs_five_rounds_to_de
     102 ms), every B the fast one (78, 77, 80 ms). A t-test on two degrees of freedom calls
     that an improvement; without this machine's calibration fewer than 5 rounds decide
     nothing. With 5 rounds of a real 22% change, the verdict is given."""
-    from harness import campaign
+    from harness.comparing import campaign
 
     rng = np.random.default_rng(5)
 
@@ -391,7 +392,7 @@ def test_ab_judges_each_round_by_its_own_ratio():
     """The machine's state moves both sides of a round alike (here by up to 25% from round to
     round), so a true 10% slowdown hides in the spread of each side's values but not in the
     rounds' B/A ratios."""
-    from harness import campaign
+    from harness.comparing import campaign
 
     levels = [1.0, 1.25, 0.9, 1.15, 0.95]
     rng = np.random.default_rng(12)
@@ -427,7 +428,7 @@ def _two_case_rounds(rng, small: list[float], spread: float = 0.1) -> list[recor
 def _two_case_ab(seed: int, small_b: list[float]):
     """The ab of those two cases, A's small case at 1.0 and B's at `small_b` round by round;
     returns a function that judges it (when called) and gives one case's verdicts."""
-    from harness import campaign
+    from harness.comparing import campaign
 
     rng = np.random.default_rng(seed)
     a_rounds = _two_case_rounds(rng, [1.0] * len(small_b))
@@ -471,7 +472,7 @@ def test_a_small_family_still_flags_a_change_past_its_kinds_spread():
 def test_ab_pairs_rounds_by_round_when_one_is_left_out():
     """A contended round on one side is left out; the others keep their partners (a shift by
     one would pair the states of different rounds)."""
-    from harness import campaign
+    from harness.comparing import campaign
 
     rng = np.random.default_rng(13)
     levels = [1.0, 1.3, 0.8, 1.2]
@@ -490,14 +491,14 @@ def test_ab_pairs_rounds_by_round_when_one_is_left_out():
 
 @pytest.mark.parametrize("rounds, order", [(1, "AB"), (2, "ABBA"), (3, "ABBAAB")])
 def test_ab_schedule_alternates_who_goes_first(rounds, order):
-    from harness import ab
+    from harness.comparing import ab
 
     assert ab.schedule(rounds) == order
 
 
 def test_ab_runs_each_benchmark_case_in_a_process_of_its_own():
     # a benchmark measured a process start apart on the two sides, not a suite apart
-    from harness import campaign
+    from harness.comparing import campaign
 
     units = campaign.units(["amp", "telemetry"], skip=["clean_exit"])
     assert [(g.name, g.cases) for g in units] == [
@@ -514,7 +515,7 @@ def test_a_benchmark_whose_level_is_drawn_per_process_gets_more_rounds():
     # this machine's calibration says which (its rounds factors): ab and matrix run its
     # further rounds after the others' rounds, in the same alternation, and the record says
     # how many it had; without a calibration every benchmark has the comparison's rounds
-    from harness import ab, campaign
+    from harness.comparing import ab, campaign
 
     cal = _calibration(factors={"rpc.round_trip": 4, "ddp_rpc.step_time": 3})
     factors = {g.name: g.rounds_factor for g in campaign.units(["rpc", "ddp_rpc"], "t", cal=cal)}
@@ -551,7 +552,7 @@ def _judged(case: str, to_decide: list[int | None], verdict: str = "inconclusive
 
 
 def test_the_further_rounds_go_to_the_benchmarks_with_inconclusive_figures():
-    from harness import campaign
+    from harness.comparing import campaign
 
     unit = campaign.Unit
     units = [unit("amp", ("grad_scaler",)), unit("amp", ("gemm_ladder",), True),
@@ -575,7 +576,7 @@ def _fake_campaign(monkeypatch, rng) -> list:
     """A campaign's processes faked: two benchmarks whose level is drawn per process, "noisy"
     by +-15% (a GEMM in a noisy hour) and "quiet" by +-0.5%, every side the same build (an
     A/A); returns the two units."""
-    from harness import campaign
+    from harness.comparing import campaign
 
     spread = {"noisy": 0.15, "quiet": 0.005}
 
@@ -599,7 +600,7 @@ def test_ab_runs_the_further_rounds_an_inconclusive_benchmark_needs_in_the_same_
     GEMM in a noisy hour), "quiet" by +-0.5%. The quiet one is shown unchanged in its 5
     rounds; the noisy one is inconclusive and gets further rounds, after everyone's first
     rounds, continuing its A B B A schedule, up to the cap; its verdicts use them all."""
-    from harness import ab
+    from harness.comparing import ab
 
     units = _fake_campaign(monkeypatch, np.random.default_rng(21))
     said = []
@@ -637,7 +638,7 @@ def test_the_matrix_runs_further_rounds_on_every_side_through_the_same_engine(
     """The A/A of the test above as a matrix of three sides (one environment thrice): the
     noisy benchmark, inconclusive in some step, gets its further rounds on all three sides,
     each round in its rotation; the record keeps each stage's verdicts."""
-    from harness import matrix
+    from harness.releases import matrix
 
     units = _fake_campaign(monkeypatch, np.random.default_rng(22))
     said: list[str] = []
@@ -665,7 +666,7 @@ def test_the_matrix_runs_further_rounds_on_every_side_through_the_same_engine(
 def test_ab_loads_a_units_rounds_in_the_order_of_their_index_past_99(tmp_path):
     # 52 rounds (13 a side times a rounds_factor of 4) name folders -00- to -103-; read as
     # text, -100- would come before -11- and pair round 50 of A with round 5 of B
-    from harness import ab, campaign
+    from harness.comparing import ab, campaign
 
     for i, side in enumerate(ab.schedule(52)):
         records.write_run(tmp_path / "rounds" / f"rpc.round_trip-{i:02d}-{side}" / "m"
@@ -687,7 +688,7 @@ def test_ab_pairs_a_cases_rounds_by_its_own_runs_whatever_else_a_process_ran():
     # A side's rounds of a case sit among other processes' runs of its suite (its suite's
     # conformance cases, its other benchmarks), in whatever order the side's runs come: the
     # k-th run holding the case is its k-th round, a contended one counted too
-    from harness import campaign
+    from harness.comparing import campaign
 
     def side(values: list[float | None], other_first: bool) -> list[records.Run]:
         other = _run([{"name": "t", "value": 1.0, "kind": "time"}], case="other")
@@ -705,7 +706,7 @@ def test_ab_pairs_a_cases_rounds_by_its_own_runs_whatever_else_a_process_ran():
 
 
 def test_ab_goes_round_by_round_so_one_sides_rounds_of_a_suite_are_never_back_to_back():
-    from harness import ab, campaign
+    from harness.comparing import ab, campaign
 
     units = [campaign.Unit("amp", ("a",)), campaign.Unit("rpc", ("b",))]
     plan = campaign.plan(units, 2, campaign.rounds_wanted(units, 3))
@@ -718,7 +719,7 @@ def test_ab_goes_round_by_round_so_one_sides_rounds_of_a_suite_are_never_back_to
 
 
 def _rate_run(aborted: int, trials: int) -> records.Run:
-    from harness import clean_exit
+    from harness.running import clean_exit
 
     ctx = Context("cpu", "quick", {})
     ends = [[clean_exit.End(0, None, "SIGABRT", False, True, 0, "terminate called")]] * aborted
@@ -743,7 +744,7 @@ def test_a_case_failing_on_a_rate_is_judged_by_the_rate_not_the_outcome_flip():
 
 
 def test_ab_merges_rounds_pooling_samples_and_leaving_contended_ones_out():
-    from harness import campaign
+    from harness.comparing import campaign
 
     rng = np.random.default_rng(9)
     good = [_run([_metric("t", _samples(rng, 1.0, n=20))]) for _ in range(2)]
@@ -796,7 +797,7 @@ def _trusting_steady() -> calibration.Calibration:
 
 def _steady(a_rounds: list[dict], b_rounds: list[dict], keep_sessions: bool = True,
             cal: calibration.Calibration | None = None):
-    from harness import campaign
+    from harness.comparing import campaign
 
     reps = campaign.round_values(a_rounds, b_rounds)
     if not keep_sessions:
@@ -828,7 +829,7 @@ def test_a_figure_judged_on_its_sessions_is_held_to_its_tolerance_on_them_too():
     pooled figure moved 8% (a level flipping by session moves a pooled quantile): within the
     5% tolerance, so unchanged; the verdict rests on one statistic, not the test on one and
     the tolerance on another."""
-    from harness import campaign
+    from harness.comparing import campaign
 
     rng = np.random.default_rng(23)
     a_rounds = _latency_rounds(rng, 5, session_sd=0.01)
@@ -862,7 +863,7 @@ def test_sessions_that_understate_the_spread_between_processes_are_not_trusted()
     rng = np.random.default_rng(22)
     a_rounds = _latency_rounds(rng, 5, session_sd=0.01, process_sd=0.3)
     b_rounds = _latency_rounds(rng, 5, session_sd=0.01, process_sd=0.3)
-    from harness import campaign
+    from harness.comparing import campaign
 
     reps = campaign.round_values(a_rounds, b_rounds)
     rep = next(r for k, r in reps.items() if "steady" in str(k[1]))
@@ -876,7 +877,7 @@ def test_without_a_calibration_a_figures_sessions_are_not_trusted_alone():
     per process that the sessions miss shows in a long A/A, not in three rounds): without a
     calibration that found so, the figure is judged by its family, held at least at its
     sessions' spread, whatever its sessions say alone."""
-    from harness import campaign
+    from harness.comparing import campaign
 
     rng = np.random.default_rng(21)
     a_rounds, b_rounds = _latency_rounds(rng, 3), _latency_rounds(rng, 3, change=1.15)
@@ -970,7 +971,7 @@ def test_the_history_of_a_figure_measured_in_sessions_spreads_at_least_as_its_se
 def _paired_family(rng, change: float, sd: float, rounds: int, members: int = 6):
     """ab's merged sides and rounds of a family of figures whose round-to-round B/A ratio
     wanders by `sd` (log), B slower by `change`."""
-    from harness import campaign
+    from harness.comparing import campaign
 
     levels = list(rng.lognormal(0, 0.1, rounds))
     a_rounds = _rounds(levels, rng, members=members)

@@ -1,4 +1,4 @@
-"""Duets (harness.duet, campaign's duet rounds): the halves of the machine, the barrier, the
+"""Duets (harness.running.duet, campaign's duet rounds): the halves of the machine, the barrier, the
 record of how a figure was measured, judging per swapped pair, and a live `ab --duet`."""
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import campaign, compare, duet, records
-from harness.telemetry.host import HostReader
+from harness import records
+from harness.comparing import campaign, compare
+from harness.running import duet
+from harness.running.telemetry.host import HostReader
 from tests.test_compare import _metric, _run, _samples
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import expectations, records
-from harness.pytest_adapter import _expected_marks
+from harness import records
+from harness.adapters.pytest_adapter import _expected_marks
+from harness.comparing import expectations
 from suites.fork_wait.cases import suite as fork_wait
 from tests.planted.wrap import planted_python
 
@@ -158,7 +159,8 @@ def test_the_pytest_view_derives_a_strict_xfail_from_the_file(monkeypatch):
     assert "pytorch/pytorch/issues/38228" in mark.kwargs["reason"]
     assert _expected_marks(fork_wait.case("release_notes_example"), "cpu") == []
     intermittent = expectations.parse(_abort().replace('["fail"]', '["fail", "pass"]'))
-    monkeypatch.setattr("harness.pytest_adapter._expectations", lambda: tuple(intermittent))
+    monkeypatch.setattr("harness.adapters.pytest_adapter._expectations",
+                        lambda: tuple(intermittent))
     (mark,) = _expected_marks(case, "cpu")
     assert mark.kwargs["strict"] is False
 

@@ -16,8 +16,9 @@ import pytest
 import torch
 from browser import visit
 
-from harness import api_record, bisect, cli, envs
+from harness import cli
 from harness.records import MetricKey
+from harness.releases import api_record, bisect, envs
 
 sys.path.insert(0, str(Path(__file__).parent / "planted"))
 from wrap import planted_python  # noqa: E402
@@ -166,7 +167,7 @@ def test_an_example_works_warns_is_removed_or_fails(func, status, says):
 def test_the_release_notes_examples_run_in_this_torch_and_break_where_their_api_is_gone(
         tmp_path):
     def record(python) -> dict:
-        out = subprocess.run([str(python), "-m", "harness.api_record", "amp"], cwd=ROOT,
+        out = subprocess.run([str(python), "-m", "harness.releases.api_record", "amp"], cwd=ROOT,
                              capture_output=True, text=True, timeout=300,
                              env=os.environ | {"PYTHONPATH": str(ROOT)})
         assert out.returncode == 0, out.stderr

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from fake_telemetry import HOST_BUSY, FakeTelemetry
 
-from harness import cli, registry, telemetry
+from harness import cli, registry
 from harness.cases import Context, Suite
+from harness.running import telemetry
 
 contended = Suite("contended", feature="f", status="beta", summary="performance checks")
 

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from harness.launch import LOOPBACK, LaunchError, free_port, launch
+from harness.running.launch import LOOPBACK, LaunchError, free_port, launch
 
 pytestmark = pytest.mark.distributed
 
@@ -80,7 +80,7 @@ def rejoin_three_times(rank, world):
     import torch.distributed as dist
     from torch.distributed import rpc
 
-    from harness import rpc_group
+    from harness.running import rpc_group
 
     got = []
     for session in range(3):

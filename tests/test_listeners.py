@@ -19,7 +19,7 @@ import psutil
 import pytest
 from sockets import listeners as _listeners
 
-from harness import launch
+from harness.running import launch
 
 pytestmark = pytest.mark.distributed
 

@@ -8,7 +8,7 @@ import re
 
 import torch
 
-from harness import machine
+from harness.running import machine
 
 
 def test_fingerprint_fields():

@@ -1,4 +1,4 @@
-"""Runs across hosts (`release-bench multihost`, harness.nodes): two torchrun nodes on
+"""Runs across hosts (`release-bench multihost`, harness.running.nodes): two torchrun nodes on
 loopback, one of them configured the way srun would; a host that never joins; a host that
 dies mid-run; bad input; and the netns ground-truth check where root and `ip netns` work.
 """
@@ -19,7 +19,7 @@ import psutil
 import pytest
 from sockets import listeners
 
-from harness import launch, nodes
+from harness.running import launch, nodes
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "harness.cli"]

@@ -14,8 +14,9 @@ import pytest
 from asv_project import asv, git, make
 from browser import served, visit
 
-from harness import records, runner
+from harness import records
 from harness.cases import Context, Suite
+from harness.running import runner
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from browser import visit
 
-from harness import figures, records, registry, report
+from harness import records, registry
+from harness.presenting import figures, report
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ import psutil
 import pytest
 import torch.distributed as dist
 
-from harness import launch
+from harness.running import launch
 from suites.rpc.caller import GroupSpec, joined
 
 

@@ -10,8 +10,9 @@ import pytest
 import torch
 from fake_telemetry import HOST_BUSY, FakeTelemetry
 
-from harness import records, runner
+from harness import records
 from harness.cases import Context, NotInRelease, Skip, Suite, has_api
+from harness.running import runner
 
 demo = Suite("demo", feature="a test suite", status="beta", summary="cases for the runner")
 
@@ -148,7 +149,7 @@ def test_worker_failure_becomes_an_error_with_worker_details():
 
 
 class RecordingCluster:
-    """Stands in for the hosts of a run across hosts (`harness.nodes.Cluster`): records each
+    """Stands in for the hosts of a run across hosts (`harness.running.nodes.Cluster`): records each
     launch and runs its ranks in this process, where no launcher would."""
 
     def __init__(self):

@@ -56,7 +56,7 @@ def test_validation_spread_gives_each_familys_sd_as_calibrate_measures_it(capsys
     sys.path.insert(0, str(ROOT / "scripts"))
     import validation
 
-    from harness import calibrate, campaign
+    from harness.comparing import calibrate, campaign
 
     base = ROOT / "tests" / "data" / "ab-planted-gemm"
     rows = validation.spreads(base)

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import registry, runner
+from harness import registry
 from harness.cases import DEVICES, PROFILES, Context, SettingsError, Suite, describe
+from harness.running import runner
 
 ROOT = Path(__file__).resolve().parent.parent
 

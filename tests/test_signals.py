@@ -17,8 +17,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness import records, runner
+from harness import records
 from harness.cases import Context, Suite
+from harness.running import runner
 
 ROOT = Path(__file__).resolve().parent.parent
 SIGNALS = [(signal.SIGINT, 130), (signal.SIGTERM, 143)]

@@ -14,7 +14,8 @@ import json
 import shutil
 from pathlib import Path
 
-from harness import ab, matrix
+from harness.comparing import ab
+from harness.releases import matrix
 
 DATA = Path(__file__).parent / "data"
 

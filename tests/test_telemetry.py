@@ -15,10 +15,10 @@ from fake_pynvml import (
     NVMLError_NotSupported,
 )
 
-from harness.telemetry import Telemetry, decode_clocks_event_reasons
-from harness.telemetry.host import HostReader, Rapl
-from harness.telemetry.nvml import NvmlReader, visible_selectors
-from harness.telemetry.sampler import Sampler
+from harness.running.telemetry import Telemetry, decode_clocks_event_reasons
+from harness.running.telemetry.host import HostReader, Rapl
+from harness.running.telemetry.nvml import NvmlReader, visible_selectors
+from harness.running.telemetry.sampler import Sampler
 
 
 def gpu_flags(summary):

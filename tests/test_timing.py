@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from harness import timing
+from harness.running import timing
 
 
 def test_measure_reports_statistics_of_a_known_duration():

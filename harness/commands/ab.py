@@ -1,5 +1,5 @@
 """`release-bench ab`: the same cases in two Python environments, interleaved in fresh
-processes (`harness.ab`); exit 1 on a regression."""
+processes (`harness.comparing.ab`); exit 1 on a regression."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def history_floor(args) -> list[records.Run] | None:
     """The separate runs whose spread is a floor under the rounds' (only when asked for: the
     rounds, interleaved side by side in one run, are what ab judges by)."""
-    from harness import machine
+    from harness.running import machine
 
     if args.no_history or not args.history:
         return None
@@ -58,7 +58,7 @@ def history_floor(args) -> list[records.Run] | None:
 def main(args) -> int:
     from pathlib import Path
 
-    from harness import ab, campaign
+    from harness.comparing import ab, campaign
 
     suites = common.selected_suites(args)
     judging.check_rounds(args)

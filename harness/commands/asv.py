@@ -9,14 +9,14 @@ from harness.commands.common import EXIT_OK
 
 
 def machine_main(args) -> int:
-    from harness.asv_adapter import register_machine
+    from harness.adapters.asv_adapter import register_machine
 
     print(register_machine())
     return EXIT_OK
 
 
 def publish_main(args) -> int:
-    from harness.asv_dashboard import publish
+    from harness.presenting.asv_dashboard import publish
 
     html_dir = publish(args.config)
     print(f"asv dashboard in {html_dir}; view it with: asv preview (or any static web server)")

@@ -1,6 +1,7 @@
 """`release-bench bisect GOOD BAD --case SUITE/CASE [--metric M]`: the first torch release
-between two that differ, by binary search over the releases between them (`harness.bisect`);
-exit 0 when it names one, 1 when it stops undecided or finds no difference."""
+between two that differ, by binary search over the releases between them
+(`harness.releases.bisect`); exit 0 when it names one, 1 when it stops undecided or finds no
+difference."""
 
 from __future__ import annotations
 
@@ -39,8 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args) -> int:
     from pathlib import Path
 
-    from harness import bisect, campaign, envs, machine, records, registry
+    from harness import records, registry
     from harness.commands.history import versions_of
+    from harness.comparing import campaign
+    from harness.releases import bisect, envs
+    from harness.running import machine
 
     suite_name, _, case_name = args.case.partition("/")
     try:

@@ -1,5 +1,5 @@
 """`release-bench calibrate`: an A/A campaign of this machine's benchmarks, and the
-calibration it gives (`harness.calibrate`)."""
+calibration it gives (`harness.comparing.calibrate`)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args) -> int:
     from pathlib import Path
 
-    from harness import ab, calibrate, calibration, campaign, compare, machine, summary
+    from harness.comparing import ab, calibrate, calibration, campaign, compare
+    from harness.presenting import summary
+    from harness.running import machine
 
     suites = common.selected_suites(args)
     if args.rounds < 3:

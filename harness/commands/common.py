@@ -95,7 +95,7 @@ def add_duet(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duet", action="store_true",
                         help="run each duet-capable benchmark as a duet: both sides at once, "
                              "each on half of the CPUs (swapped every other round), judged per "
-                             "swapped pair; --rounds then counts pairs (harness.duet)")
+                             "swapped pair; --rounds then counts pairs (harness.running.duet)")
 
 
 def add_calibration(parser: argparse.ArgumentParser) -> None:
@@ -109,7 +109,8 @@ def read_calibration(args, fingerprint: dict | None = None):
     """The calibration `--calibration` names (None: the conservative defaults) and one line
     saying which, for the command to print with its verdicts (not before: bad input stays
     one line)."""
-    from harness import calibration, machine
+    from harness.comparing import calibration
+    from harness.running import machine
 
     spec = getattr(args, "calibration", None)
     if spec == "none":
@@ -140,7 +141,7 @@ def add_expectations(parser: argparse.ArgumentParser) -> None:
 
 def read_expectations(args) -> tuple[list, str] | None:
     """The expectations `--expectations` names, with their source; None for 'none'."""
-    from harness import expectations
+    from harness.comparing import expectations
 
     spec = getattr(args, "expectations", None)
     if spec == "none":
@@ -171,7 +172,7 @@ def selected_suites(args) -> list[str]:
 
 def expectations_exit(judged) -> int:
     """Print what the expectations say of a run; 1 exactly when anything is unexpected."""
-    from harness import expectations
+    from harness.comparing import expectations
 
     for line in expectations.lines(judged):
         print(line, file=sys.stderr)

@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args) -> int:
-    from harness import compare, machine
+    from harness.comparing import compare
+    from harness.running import machine
 
     paths = [records.resolve_run(args.baseline), records.resolve_run(args.candidate)]
     base, cand = (records.read_run(p) for p in paths)

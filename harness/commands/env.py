@@ -1,5 +1,5 @@
 """`release-bench env create|list|remove`: one Python environment per torch release, in
-.envs/ (`harness.envs`)."""
+.envs/ (`harness.releases.envs`)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args) -> int:
     from pathlib import Path
 
-    from harness import envs
+    from harness.releases import envs
 
     try:
         if args.env_command == "create":

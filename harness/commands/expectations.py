@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args) -> int:
     from pathlib import Path
 
-    from harness import expectations
+    from harness.comparing import expectations
 
     runs = [records.read_run(records.resolve_run(r)) for r in args.runs]
     if args.exp_command == "check":

@@ -1,6 +1,6 @@
 """`release-bench history [FIRST..LAST]`: the conformance checks, their warnings and the 1.6
-API record across torch releases, one record per release (`harness.history`), and the changes
-between neighbours; the page is `release-bench report --history DIR`."""
+API record across torch releases, one record per release (`harness.releases.history`), and
+the changes between neighbours; the page is `release-bench report --history DIR`."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def versions_of(specs: list[str], built_only: bool, command: str = "history") -> list[str]:
     """The releases the arguments name, oldest first, each once; with `built_only`, those
     with an environment (a range's ends must have one)."""
-    from harness import envs
+    from harness.releases import envs
 
     built = [e.version for e in envs.built()]
     if not specs:
@@ -70,7 +70,9 @@ def versions_of(specs: list[str], built_only: bool, command: str = "history") ->
 def main(args) -> int:
     from pathlib import Path
 
-    from harness import campaign, envs, history, machine
+    from harness.comparing import campaign
+    from harness.releases import envs, history
+    from harness.running import machine
 
     suites = common.selected_suites(args)
     skip = [s for s in args.skip if s]

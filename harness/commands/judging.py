@@ -13,7 +13,7 @@ def history_runs(spec, cand: records.Run, exclude: set, required: bool) -> list[
     first."""
     from pathlib import Path
 
-    from harness import machine
+    from harness.running import machine
 
     root = Path(spec)
     if not root.is_dir():
@@ -69,7 +69,8 @@ def detectable_line(changes) -> str:
 
 
 def print_changes(changes, show_all: bool) -> dict[str, int]:
-    from harness import compare, summary
+    from harness.comparing import compare
+    from harness.presenting import summary
 
     rows = compare.changes_table(changes, show_all=show_all)
     print(summary.table_text(rows, limit=500) if rows else
@@ -86,13 +87,13 @@ def print_changes(changes, show_all: bool) -> dict[str, int]:
 def units(suites: list[str], args, cal=None) -> list:  # of campaign.Unit
     """What `ab` and `matrix` run in one process per side and round (`campaign.units`), with
     the rounds factors of the calibration `cal`."""
-    from harness import campaign
+    from harness.comparing import campaign
 
     duet = getattr(args, "duet", False)
     if not (units := campaign.units(suites, args.case, args.skip, cal, duet)):
         raise UsageError("nothing to run: no case matches the given suite, case and skip")
     if duet:
-        from harness import duet as duets
+        from harness.running import duet as duets
 
         if not any(u.duet for u in units):
             raise UsageError("--duet: none of the selected benchmarks can run as a duet (see "

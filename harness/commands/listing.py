@@ -11,8 +11,10 @@ from harness.commands.common import EXIT_OK
 
 
 def main(args) -> int:
-    from harness import calibration, machine, registry
+    from harness import registry
     from harness.commands.ab import DEFAULT_ROUNDS
+    from harness.comparing import calibration
+    from harness.running import machine
 
     profiles = [args.profile] if args.profile else list(PROFILES)
     for p in profiles:

@@ -1,5 +1,5 @@
 """`release-bench matrix`: the release checklist and headline figures across torch
-versions (`harness.matrix`); exit 1 on an unexpected result or a regression."""
+versions (`harness.releases.matrix`); exit 1 on an unexpected result or a regression."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args) -> int:
     from pathlib import Path
 
-    from harness import campaign, matrix
+    from harness.comparing import campaign
+    from harness.releases import matrix
 
     suites = common.selected_suites(args)
     judging.check_rounds(args)

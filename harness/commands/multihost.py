@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args) -> int:
-    from harness import nodes
+    from harness.running import nodes
 
     run_argv = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
     # bad run options fail here, on every host, before any rendezvous

@@ -30,10 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args) -> int:
     from pathlib import Path
 
-    from harness import matrix, report
+    from harness.presenting import report
+    from harness.releases import matrix
 
     if args.history:
-        from harness import campaign, history
+        from harness.comparing import campaign
+        from harness.releases import history
 
         try:
             recs = history.read(Path(args.history))

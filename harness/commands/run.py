@@ -7,13 +7,14 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from harness import duet, records
+from harness import records
 from harness.cases import DEVICES, MIN_RUN_TIME, param_id
 from harness.commands import common
 from harness.commands.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+from harness.running import duet
 
 if TYPE_CHECKING:
-    from harness.launch import Cluster
+    from harness.running.launch import Cluster
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +58,9 @@ def main(args, cluster: Cluster | None = None) -> int:
     """`run`; with `cluster` (node 0 of a run across hosts) the cases' workers are spread
     over its hosts, the cases that need one host are left out, and the record lists every
     host."""
-    from harness import registry, runner, summary, telemetry
+    from harness import registry
+    from harness.presenting import summary
+    from harness.running import runner, telemetry
 
     suites = [registry.load(n) for n in common.selected_suites(args)]
     devices = _devices(args.device, args.dry_run)
@@ -149,7 +152,7 @@ def _devices(requested: Sequence[str] | None, dry_run: bool = False) -> list[str
 def _judge_run(run: records.Run, path, expected: tuple[list, str] | None):
     """The run annotated by the expectations (on disk too) and their judgement; the run as it
     is and None without them."""
-    from harness import expectations
+    from harness.comparing import expectations
 
     if expected is None:
         return run, None

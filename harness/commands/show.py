@@ -19,7 +19,8 @@ def main(args) -> int:
     import json
     from pathlib import Path
 
-    from harness import compare, summary
+    from harness.comparing import compare
+    from harness.presenting import summary
 
     path = Path(args.run)
     stored = path / "comparison.json" if path.is_dir() else path

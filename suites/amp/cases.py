@@ -26,8 +26,6 @@ from typing import Any
 
 import torch
 
-from harness import clean_exit as clean_exit_programs
-from harness import machine
 from harness.cases import (
     PROFILES,
     Context,
@@ -39,7 +37,9 @@ from harness.cases import (
     TrackView,
     grid,
 )
-from harness.timing import Timing
+from harness.running import clean_exit as clean_exit_programs
+from harness.running import machine
+from harness.running.timing import Timing
 from suites.amp import gradscaler, memory, oplists, training
 from suites.amp.training import AMP_MODES, MODELS, CudaSettings, restored_backend_flags
 

@@ -3,7 +3,7 @@ GEMM ladder."""
 
 from __future__ import annotations
 
-from harness.figures import (
+from harness.presenting.figures import (
     Figure,
     by_label,
     error_bars,

@@ -1,13 +1,13 @@
 """AMP as the 1.6 release notes and their usage examples wrote it (`torch.cuda.amp`), the CPU
 spelling of the releases between (`torch.cpu.amp`), and today's (`torch.autocast`,
-`torch.amp.GradScaler`). See harness.api_record."""
+`torch.amp.GradScaler`). See harness.releases.api_record."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from harness.api_record import example
+from harness.releases.api_record import example
 
 
 def _step(autocast, scaler, device: str) -> torch.Tensor:

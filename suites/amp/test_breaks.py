@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.records import Result
-from harness.runner import execute
+from harness.running.runner import execute
 from suites.amp import cases
 
 LOW_PRECISION_LISTS = {"cpu": ("torch_16", "nn_16"),

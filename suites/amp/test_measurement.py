@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 import torch
 
-from harness import launch, runner
+from harness.running import launch, runner
 from suites.amp import cases, memory, oplists, training
 
 

@@ -1,10 +1,10 @@
 """asv view of the DDP+RPC suite: the local step it compares with, and the hybrid's step
 time and its phases from the suite's `step_time` case (DDP inside the hybrid model),
-generated from the suite's definitions (harness.asv_adapter)."""
+generated from the suite's definitions (harness.adapters.asv_adapter)."""
 
 import torch
 
-from harness import asv_adapter
+from harness.adapters import asv_adapter
 from suites.ddp_rpc import cases
 
 globals().update(asv_adapter.views(__name__))

@@ -37,9 +37,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness import clean_exit as clean_exit_programs
-from harness import launch, timing
 from harness.cases import Context, Suite, Track, TrackView
+from harness.running import clean_exit as clean_exit_programs
+from harness.running import launch, timing
 from suites.ddp_rpc import workers
 from suites.ddp_rpc.model import (
     MODES,

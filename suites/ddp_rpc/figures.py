@@ -4,7 +4,7 @@ time goes."""
 from __future__ import annotations
 
 from harness.cases import param_id
-from harness.figures import Figure, metrics, table, value, with_interval
+from harness.presenting.figures import Figure, metrics, table, value, with_interval
 from harness.records import Result
 from suites.ddp_rpc.cases import suite
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import launch
 from harness.records import Result
-from harness.runner import execute
+from harness.running import launch
+from harness.running.runner import execute
 from suites.ddp_rpc import cases
 from suites.ddp_rpc.breaks import (
     ddp_allreduce_disabled,

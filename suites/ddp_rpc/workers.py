@@ -1,4 +1,4 @@
-"""What each process of the hybrid runs; started by `harness.launch.launch` (module-level
+"""What each process of the hybrid runs; started by `harness.running.launch.launch` (module-level
 functions, since spawn pickles them by name).
 
 Every process joins two rendezvous: a Gloo process group over all three ranks (env://, the
@@ -28,8 +28,8 @@ from torch.distributed.nn import RemoteModule
 from torch.distributed.optim import DistributedOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
-from harness import rpc_group
-from harness.timing import synchronize
+from harness.running import rpc_group
+from harness.running.timing import synchronize
 from suites.ddp_rpc.model import (
     LOSSES,
     PS_RANK,

@@ -1,12 +1,12 @@
 """asv view of the fork/wait suite: the workloads the CLI times, and the scaling case's
-speedups, generated from the suite's definitions (harness.asv_adapter). asv runs the
+speedups, generated from the suite's definitions (harness.adapters.asv_adapter). asv runs the
 module's `setup` and `teardown` around every benchmark here."""
 
 import time
 
 import torch
 
-from harness import asv_adapter
+from harness.adapters import asv_adapter
 
 # Long enough for the inter-op threads to finish winding down the last forked tasks: with it, 0 of
 # 30 fresh processes of two forked chains aborted at exit here, against 5 of 30 without.

@@ -17,9 +17,9 @@ import threading
 
 import torch
 
-from harness import clean_exit as clean_exit_programs
-from harness import timing
 from harness.cases import Context, FromSetting, Suite, TrackView
+from harness.running import clean_exit as clean_exit_programs
+from harness.running import timing
 from suites.fork_wait import minimal, scripted
 
 suite = Suite(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.figures import Figure, by_label, error_bars, plot, subplots
+from harness.presenting.figures import Figure, by_label, error_bars, plot, subplots
 from harness.records import Result
 from suites.fork_wait.cases import suite
 

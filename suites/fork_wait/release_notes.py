@@ -1,11 +1,12 @@
 """TorchScript fork/wait as the 1.6 release notes wrote it (100 forks of `foo` in a scripted
-function), and the eager-mode fork that the notes' API also allows. See harness.api_record."""
+function), and the eager-mode fork that the notes' API also allows.
+See harness.releases.api_record."""
 
 from __future__ import annotations
 
 import torch
 
-from harness.api_record import example
+from harness.releases.api_record import example
 
 
 def foo(x):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from harness.records import Result
-from harness.runner import execute
+from harness.running.runner import execute
 from suites.fork_wait import cases
 
 

@@ -1,6 +1,10 @@
 """The fork/wait suite under pytest: its cases as tests, its workloads as benchmarks."""
 
-from harness.pytest_adapter import benchmark_case_tests, conformance_tests, workload_benchmarks
+from harness.adapters.pytest_adapter import (
+    benchmark_case_tests,
+    conformance_tests,
+    workload_benchmarks,
+)
 from suites.fork_wait.cases import suite
 
 test_conformance = conformance_tests(suite)

@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from torch.autograd import DeviceType
 from torch.autograd.profiler import record_function
 
-from harness import clean_exit as clean_exit_programs
 from harness.cases import Context, FromSetting, Skip, Suite, TrackView
+from harness.running import clean_exit as clean_exit_programs
 from suites.profiler import apis, truth
 
 suite = Suite(

@@ -3,7 +3,7 @@ what profiling costs."""
 
 from __future__ import annotations
 
-from harness.figures import Figure, metrics, table, with_interval
+from harness.presenting.figures import Figure, metrics, table, with_interval
 from harness.records import Result
 from suites.profiler.cases import suite
 

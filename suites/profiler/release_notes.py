@@ -2,14 +2,14 @@
 profile_memory=True, record_shapes=True)`, a table sorted by self CPU memory), the 1.6 device
 switch (`use_cuda=`), and today's `torch.profiler.profile`. A small convolution stands in for
 the notes' resnet18: the spelling is under test here, the figures in the suite's cases. See
-harness.api_record."""
+harness.releases.api_record."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from harness.api_record import example
+from harness.releases.api_record import example
 
 
 def _model_and_input():

@@ -21,7 +21,7 @@ import torch.autograd.profiler_legacy as legacy_profiler
 from torch.autograd.profiler_util import FunctionEvent
 
 from harness.records import Result
-from harness.runner import execute
+from harness.running.runner import execute
 from suites.profiler import cases
 
 MEMORY_EVENT = "[memory]"

@@ -6,7 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.pytest_adapter import benchmark_case_tests, conformance_tests, workload_benchmarks
+from harness.adapters.pytest_adapter import (
+    benchmark_case_tests,
+    conformance_tests,
+    workload_benchmarks,
+)
 from suites.profiler import apis, truth
 from suites.profiler.cases import fmt_memory, suite
 

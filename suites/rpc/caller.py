@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed import rpc
 
-from harness import launch, rpc_group
-from harness.timing import synchronize
+from harness.running import launch, rpc_group
+from harness.running.timing import synchronize
 from suites.rpc import remote
 
 CLIENT, PEER = "worker0", "worker1"
@@ -55,7 +55,7 @@ class GroupSpec:
 def joined(rank: int, world: int, spec: GroupSpec,
            session: int = 0) -> Iterator[rpc_group.Membership]:
     """Be `worker{rank}` of a `world`-worker RPC group (and Gloo group) inside the block, for
-    the `session`-th time (`harness.rpc_group.joined`, which says how leaving works)."""
+    the `session`-th time (`harness.running.rpc_group.joined`, which says how leaving works)."""
     opts = rpc.TensorPipeRpcBackendOptions(
         init_method=rpc_group.rendezvous_url(spec.port),
         num_worker_threads=spec.num_worker_threads,

@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from harness import clean_exit as clean_exit_programs
-from harness import launch
 from harness.cases import Context, FromSetting, Suite, TrackView
+from harness.running import clean_exit as clean_exit_programs
+from harness.running import launch
 from suites.rpc import measure, paths, workers
 from suites.rpc.caller import GroupSpec
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.figures import Figure, lines, plot, runs_of, subplots
+from harness.presenting.figures import Figure, lines, plot, runs_of, subplots
 from harness.records import Result
 from suites.rpc.cases import suite
 

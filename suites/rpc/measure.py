@@ -3,7 +3,7 @@
 Percentiles need one time per call, which torch.utils.benchmark does not keep (it times
 blocks of calls), so the latency sweep records `perf_counter` around each call here; the
 percentiles themselves are numpy's. Throughput figures (calls per second) time whole
-statements with harness.timing like every other suite.
+statements with harness.running.timing like every other suite.
 
 Paths are sampled side by side in short blocks, in a new random order each round, so that a
 noisy neighbour slows all of them alike and no path always follows the same other path (what

@@ -1,7 +1,7 @@
 """RPC as the 1.6 release notes wrote it: `init_rpc(..., backend=BackendType.TENSORPIPE)` then
 `rpc_sync`, and the `@rpc.functions.async_execution` chained example; beside them today's
 `init_rpc` (TensorPipe without naming it). Each is a world of one worker calling itself on
-loopback. See harness.api_record."""
+loopback. See harness.releases.api_record."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import os
 import torch
 import torch.distributed.rpc as rpc
 
-from harness.api_record import example
-from harness.launch import LOOPBACK, free_port
+from harness.releases.api_record import example
+from harness.running.launch import LOOPBACK, free_port
 
 
 def _options() -> rpc.TensorPipeRpcBackendOptions:

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import rpc
 
-from harness import launch
+from harness.running import launch
 
 
 def echo(x: torch.Tensor) -> torch.Tensor:

@@ -15,9 +15,9 @@ import pytest
 import torch
 from torch.distributed import rpc
 
-from harness import launch
 from harness.records import Result
-from harness.runner import execute
+from harness.running import launch
+from harness.running.runner import execute
 from suites.rpc import cases
 
 pytestmark = pytest.mark.distributed

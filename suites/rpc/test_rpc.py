@@ -7,7 +7,11 @@ no RPC agent outlives these tests.
 
 import pytest
 
-from harness.pytest_adapter import benchmark_case_tests, conformance_tests, workload_benchmarks
+from harness.adapters.pytest_adapter import (
+    benchmark_case_tests,
+    conformance_tests,
+    workload_benchmarks,
+)
 from suites.rpc import caller
 from suites.rpc.cases import suite
 

@@ -1,4 +1,4 @@
-"""What each launched worker of the RPC cases does (harness.launch runs these functions).
+"""What each launched worker of the RPC cases does (harness.running.launch runs these functions).
 
 Rank 0 is the caller that measures or checks and returns what it found; the other ranks
 serve RPCs until it leaves (a graceful shutdown waits for every worker). Checks themselves
@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import rpc
 
-from harness import launch, timing
+from harness.running import launch, timing
 from suites.rpc import caller, measure, paths, remote
 from suites.rpc.caller import PEER, GroupSpec, joined, worker_name
 

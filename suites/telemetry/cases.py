@@ -12,7 +12,7 @@ import time
 import torch
 
 from harness.cases import Context, Suite
-from harness.telemetry import Telemetry
+from harness.running.telemetry import Telemetry
 
 suite = Suite(
     "telemetry",

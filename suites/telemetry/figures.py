@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.figures import Figure, metrics, table, with_interval
+from harness.presenting.figures import Figure, metrics, table, with_interval
 from harness.records import Result
 from suites.telemetry.cases import suite
 

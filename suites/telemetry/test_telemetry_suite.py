@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from harness.pytest_adapter import conformance_tests
+from harness.adapters.pytest_adapter import conformance_tests
 from harness.records import Result
-from harness.runner import execute
-from harness.telemetry.sampler import Sampler
+from harness.running.runner import execute
+from harness.running.telemetry.sampler import Sampler
 from suites.telemetry import cases
 
 test_conformance = conformance_tests(cases.suite)

@@ -25,7 +25,7 @@ every Python process of that environment, spawned workers included, then runs wi
 - remove=A+B: the torch APIs A and B (dotted names, e.g. torch.amp.GradScaler) are gone, as
   in a release that predates them (for the tests of `n/a` and of the release history);
 - agent_abort=1: the same abort at exit, always, in the node agents of runs across hosts
-  (harness.nodes) other than node 0's, as one did here once node 0's run had finished.
+  (harness.running.nodes) other than node 0's, as one did here once node 0's run had finished.
 
 TorchScript code (fork/wait) calls its ops without Python, so it is not slowed: those
 metrics are the ones that must stay unflagged.
@@ -75,7 +75,8 @@ def _abort_at_exit(probability: float, only_other_agents: bool = False) -> None:
         # run's own process (harness/cli.py) is left alone, so that its exit status is its own
         if sys.argv[0].endswith(os.path.join("harness", "cli.py")):
             return
-        if only_other_agents and not (sys.argv[0].endswith(os.path.join("harness", "nodes.py"))
+        agent = os.path.join("harness", "running", "nodes.py")
+        if only_other_agents and not (sys.argv[0].endswith(agent)
                                       and os.environ.get("RANK", "0") != "0"):
             return
         if random.random() < probability:

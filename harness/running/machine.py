@@ -34,7 +34,7 @@ RELEVANT_CPU_FLAGS = (
     "amx_tile",
 )
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cpuinfo() -> tuple[str, set[str]]:

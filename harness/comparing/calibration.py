@@ -1,5 +1,5 @@
 """What this machine's noise is: `release-bench calibrate` runs an A/A comparison here (the
-same Python on both sides, `ab`'s rounds; `harness.calibrate` measures it) and keeps, per
+same Python on both sides, `ab`'s rounds; `harness.comparing.calibrate` measures it) and keeps, per
 figure and per family of figures, how much a round's B/A ratio wanders, in
 `results/calibration/<machine>.json`.
 
@@ -31,7 +31,7 @@ from typing import Any
 from harness import records, stats
 from harness.records import MetricKey
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CALIBRATIONS = ROOT / "results" / "calibration"
 SCHEMA = "release-bench-calibration/1"
 DEFAULT_ROUNDS = 8  # an A/A's rounds: df 7 per figure, more for a family
@@ -156,7 +156,7 @@ def for_machine(fingerprint: dict, root: Path = CALIBRATIONS,
                 design: str = "sequential") -> tuple[Calibration | None, str]:
     """This machine's calibration of `design` rounds, and one line saying which one is used
     (or why none)."""
-    from harness import machine
+    from harness.running import machine
 
     path = path_for(fingerprint.get("name", "?"), root, design)
     fallback = ("conservative defaults: no sessions trusted alone, every family at least as "

@@ -8,7 +8,7 @@
   something else (the reason).
 
 The examples live beside their feature, in `suites/<suite>/release_notes.py`, each a function
-declared with `@example(...)`. `python -m harness.api_record [SUITE ...]` runs a suite's
+declared with `@example(...)`. `python -m harness.releases.api_record [SUITE ...]` runs a suite's
 examples in the torch of the Python that runs it and prints one JSON object per example: how
 `release-bench history` records each release.
 """
@@ -106,9 +106,10 @@ def run(ex: Example) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    # the examples register with the module as imported (harness.api_record), which is not
+    # the examples register with the module as imported (harness.releases.api_record), which is not
     # this one when it runs as __main__
-    from harness import api_record, registry
+    from harness import registry
+    from harness.releases import api_record
 
     for suite in argv or registry.suite_names():
         for ex in api_record.load(suite):

@@ -2,7 +2,7 @@
 
 In a suite's test module:
 
-    from harness.pytest_adapter import conformance_tests, workload_benchmarks
+    from harness.adapters.pytest_adapter import conformance_tests, workload_benchmarks
     from suites.<name>.cases import suite
 
     test_conformance = conformance_tests(suite)
@@ -10,7 +10,7 @@ In a suite's test module:
 
 Conformance tests run the same `runner.execute` as the CLI, so a test passes exactly when
 the case would pass in a run, and is an expected failure (xfail) exactly when the run would
-call it expected-fail under `expectations.toml` (harness.expectations). Workload benchmarks
+call it expected-fail under `expectations.toml` (`comparing.expectations`). Workload benchmarks
 time the callables the suite's builders return, with warm-up on and a clock that
 synchronises CUDA (pytest-benchmark does neither by default), so `pytest --benchmark-json
 FILE` records the same statements the CLI measures.
@@ -24,10 +24,11 @@ from functools import cache
 import pytest
 import torch
 
-from harness import expectations, runner, timing
 from harness.cases import Case, Params, Suite, Workload, param_id
+from harness.comparing import expectations
 from harness.records import Result
-from harness.telemetry import Telemetry
+from harness.running import runner, timing
+from harness.running.telemetry import Telemetry
 
 PROFILE = "quick"
 

@@ -23,7 +23,7 @@ peer usually makes them raise), then they are stopped. In every case all workers
 children are reaped before `launch` returns.
 
 Across several hosts (`release-bench multihost`, over torchrun) the caller passes the run's
-`cluster` (a case's `ctx.launch` does): `harness.nodes` places the ranks on every host, and
+`cluster` (a case's `ctx.launch` does): `harness.running.nodes` places the ranks on every host, and
 each host starts its share with the same machinery.
 """
 
@@ -280,7 +280,7 @@ def _reap_through_interrupts(procs: list[mp.Process], tries: int = 3) -> None:
 class LocalRanks:
     """Some ranks of a launch, each in a spawned process of this machine, and their outcomes.
 
-    `launch` starts every rank here; a run across hosts (`harness.nodes`) starts each
+    `launch` starts every rank here; a run across hosts (`harness.running.nodes`) starts each
     host's share of the ranks in one of these on that host.
     """
 
@@ -382,8 +382,8 @@ def gather(local: LocalRanks, timeout_s: float, grace_s: float,
 
 
 class Cluster(Protocol):
-    """Hosts that a launch spreads its ranks over: `harness.nodes.Cluster`, which node 0 of a
-    run across hosts hands to the runner, and the runner to each case's `Context`."""
+    """Hosts that a launch spreads its ranks over: `nodes.Cluster`, which node 0 of a run
+    across hosts hands to the runner, and the runner to each case's `Context`."""
 
     def launch(self, fn: Callable[..., Any], nprocs: int, args: Sequence[Any], *,
                timeout_s: float, grace_s: float, setup: Callable[[], None] | None,
@@ -426,7 +426,7 @@ def launch(
     `setup()` runs in each worker before `fn`, for instance to patch torch on purpose.
     The workers rendezvous through a store this call hosts on `host`, or through the one the
     caller already hosts there at `store_port` (`bound_store`). With `cluster` (a run across
-    hosts) the ranks are spread over its hosts instead (`harness.nodes`); a case's
+    hosts) the ranks are spread over its hosts instead (`harness.running.nodes`); a case's
     `ctx.launch` passes the run's. `started`, when given, receives the pid of each worker of
     this machine as soon as it starts (for checks that every one is reaped).
     """

@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from harness import machine, records, registry, runner
+from harness import records, registry
 from harness.cases import (
     Case,
     LabelSpec,
@@ -55,7 +55,8 @@ from harness.cases import (
     param_id,
 )
 from harness.records import Metric, Result
-from harness.timing import synchronize
+from harness.running import machine, runner
+from harness.running.timing import synchronize
 
 # asv tracks the quick grid: the one `make asv` gets through in minutes on a small machine
 PROFILE = "quick"
@@ -214,7 +215,7 @@ def _label_values(spec: LabelSpec, devices: Sequence[str], case: Case) -> list[A
 
 def run_case(case: Case, device: str, params: Params) -> Result:
     """Run one case exactly as `release-bench run` would (telemetry included); its entry."""
-    from harness.telemetry import Telemetry
+    from harness.running.telemetry import Telemetry
 
     tel = Telemetry()
     try:
@@ -355,7 +356,7 @@ def register_machine(results_dir: str | Path = "results/asv") -> str:
     machine, so the GPUs and driver go there as well as into the name. Everything else (CPU
     flags, torch/CUDA/cuDNN builds, commit) is in `<results_dir>/<name>.fingerprint.json`.
     """
-    from harness.telemetry import Telemetry
+    from harness.running.telemetry import Telemetry
 
     fp = machine.fingerprint()
     tel = Telemetry()

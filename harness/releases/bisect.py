@@ -9,7 +9,7 @@ What differs is one of:
   GOOD's;
 - a figure of a benchmark case (`--metric`), judged by the campaign engine: each step is a
   three-sided campaign of the interval's ends and its middle, rotated round by round
-  (`harness.matrix`), and the two halves are judged as `matrix` judges neighbours. The change
+  (`matrix`), and the two halves are judged as `matrix` judges neighbours. The change
   is in the half whose verdict is a change in the direction GOOD -> BAD shows, the other half
   unchanged or inconclusive. A step where both halves change (the change is spread over both)
   or neither does (it is too small for these rounds) ends the search there, saying so; it
@@ -28,10 +28,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import campaign, envs, matrix, records
-from harness.calibration import Calibration
-from harness.campaign import CampaignError, Unit
+from harness import records
+from harness.comparing import campaign
+from harness.comparing.calibration import Calibration
+from harness.comparing.campaign import CampaignError, Unit
 from harness.records import MetricKey
+from harness.releases import envs, matrix
 
 SCHEMA = "release-bench-bisect/1"
 CHANGES = ("regression", "improvement")

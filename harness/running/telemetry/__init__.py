@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.telemetry.host import HostReader
-from harness.telemetry.nvml import NvmlReader, decode_clocks_event_reasons
-from harness.telemetry.sampler import Sampler
+from harness.running.telemetry.host import HostReader
+from harness.running.telemetry.nvml import NvmlReader, decode_clocks_event_reasons
+from harness.running.telemetry.sampler import Sampler
 
 __all__ = ["Telemetry", "Sampler", "decode_clocks_event_reasons"]
 

@@ -9,13 +9,13 @@ first as often as the others, and a state of a shared machine that lasts a minut
 neighbour, the page cache) falls on one round of every side rather than on rounds of one side.
 The variance between processes, which dominates on a shared machine, is so sampled on each
 side, and a round's sides, measured back to back, pair. A duet unit (`ab --duet`, see
-`harness.duet`) runs a round's two sides at once instead, each pinned to its half of the
+`harness.running.duet`) runs a round's two sides at once instead, each pinned to its half of the
 CPUs, the halves swapped every other round, and is judged per swapped pair of rounds.
 
 On disk a campaign is a folder: `rounds/<unit>-<round>-<side>/` holds each process's run,
 `logs/side-<side>.log` its output, `side-<side>.json` each side's merged run (samples pooled,
 contended rounds left out), beside the record of the command that made it. Two sides are judged
-by `harness.compare`, each figure on its rounds' ratios (`round_values`). A benchmark with
+by `harness.comparing.compare`, each figure on its rounds' ratios (`round_values`). A benchmark with
 inconclusive figures gets the further rounds its spread says would decide them, up to a cap
 (`extend`).
 """
@@ -36,13 +36,14 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from harness import compare, records, stats
+from harness import records, stats
+from harness.comparing import compare
 from harness.records import Metric, MetricKey, Result, Run
 
 if TYPE_CHECKING:  # calibration measures with this module's rounds
-    from harness.calibration import Calibration
+    from harness.comparing.calibration import Calibration
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OUTCOME_ORDER = ("error", "fail", "invalid", "pass", "skip", "n/a")  # the worst first
 
 
@@ -110,9 +111,9 @@ class Unit:
     cases: tuple[str, ...]
     benchmark: bool = False
     # its rounds are this many times the campaign's: more where this machine's calibration
-    # found its figures' level drawn per process (harness.calibration)
+    # found its figures' level drawn per process (harness.comparing.calibration)
     rounds_factor: int = 1
-    # run as a duet (harness.duet): both sides of a round at once, on the CPU, each on its
+    # run as a duet (harness.running.duet): both sides of a round at once, on the CPU, each on its
     # half of the machine, the halves swapped from round to round
     duet: bool = False
 
@@ -143,7 +144,8 @@ def units(suites: list[str], case_filter: str | None = None,
     between the two sides it escaped a 25% slowdown that an ab of that case alone caught.
     A benchmark's rounds factor comes from this machine's calibration `cal` (1 without).
     With `duet`, each benchmark declared duet-capable is a duet unit."""
-    from harness import registry, runner
+    from harness import registry
+    from harness.running import runner
 
     out = []
     for name in suites:
@@ -287,7 +289,7 @@ class Campaign:
     def run_duet(self, unit: Unit, r: int, sides: list[Side]) -> None:
         """Both sides of a round at once, each pinned to its half of the machine (the halves
         swapped every other round), starting each case together at a barrier."""
-        from harness import duet
+        from harness.running import duet
 
         halves = duet.halves()
         barrier = self.base / "barriers" / f"{unit.name}-{r:02d}"

@@ -10,7 +10,7 @@ A suite declares its figures beside its metrics, in `suites/<name>/figures.py`:
 A figure is a matplotlib plot (inlined in the page as SVG) or a table; None when the run holds
 nothing it draws. Metrics are read by name and labels (`by_label`), with the interval the
 record keeps for them (`error_bars`), never by parsing metric names. The report
-(`harness.report`) knows no suite and no metric: it lays out what the figures return.
+(`harness.presenting.report`) knows no suite and no metric: it lays out what the figures return.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from packaging.version import InvalidVersion, Version
 
 from harness import records
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # where the environments go: .envs/ in the checkout (RELEASE_BENCH_ENVS moves it, for tests)
 ENVS = Path(os.environ.get("RELEASE_BENCH_ENVS", ROOT / ".envs"))
 MARKER = "release-bench-env.json"
@@ -325,7 +325,7 @@ def probe(python: Path, torchvision: bool = True) -> dict:
     harness imported beside them; EnvError with the import's last line when they do not
     import."""
     vision = "import torchvision; " if torchvision else ""
-    code = (f"import harness.cli, harness.timing, torch, json, platform; {vision}"
+    code = (f"import harness.cli, harness.running.timing, torch, json, platform; {vision}"
             "print(json.dumps({'torch': torch.__version__, 'torchvision': "
             + ("torchvision.__version__" if torchvision else "None")
             + ", 'cuda': torch.version.cuda, 'python': platform.python_version(), "
@@ -429,7 +429,7 @@ def create(version: str, *, reuse: Path | None = None, torchvision: bool = True,
 
 
 def _reused_python(spec: Path) -> Path:
-    from harness.campaign import CampaignError, python_of
+    from harness.comparing.campaign import CampaignError, python_of
 
     try:
         return python_of(str(spec))

@@ -6,8 +6,8 @@ Each release is recorded on its own, oldest first, as `<dir>/torch-<version>.jso
 - the build (`envs.build_of`: local version, CUDA, compiler, math libraries);
 - every conformance case's outcome (`n/a` where the release lacks its API), its reason and
   its warnings, judged by the expectations file (entries name the torch versions they hold
-  for), from one fresh process per suite, as `matrix` runs them (`harness.campaign`);
-- the 1.6 API record (`harness.api_record`): each release-notes example as 1.6 code wrote it,
+  for), from one fresh process per suite, as `matrix` runs them (`harness.comparing.campaign`);
+- the 1.6 API record (`api_record`): each release-notes example as 1.6 code wrote it,
   and today's spelling beside it: works / warns / removed / fails;
 - its wall time.
 
@@ -31,9 +31,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import campaign, envs, expectations, machine, records
-from harness.campaign import CampaignError, Unit
-from harness.matrix import outcome_changes, summarize_side
+from harness import records
+from harness.comparing import campaign, expectations
+from harness.comparing.campaign import CampaignError, Unit
+from harness.releases import envs
+from harness.releases.matrix import outcome_changes, summarize_side
+from harness.running import machine
 
 SCHEMA = "release-bench-history/1"
 API_TIMEOUT_S = 600
@@ -59,7 +62,7 @@ def read(folder: Path) -> list[dict]:
 
 def api_record(python: Path, suites: list[str]) -> list[dict]:
     """The release-notes examples of `suites`, run in that environment (one process)."""
-    out = subprocess.run([str(python), "-m", "harness.api_record", *suites],
+    out = subprocess.run([str(python), "-m", "harness.releases.api_record", *suites],
                          capture_output=True, text=True, timeout=API_TIMEOUT_S,
                          env=campaign.checkout_env(), cwd=campaign.ROOT)
     got = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]

@@ -1,7 +1,7 @@
 """`release-bench matrix`: the release checklist and the headline figures across torch versions.
 
 Each side is an environment (`release-bench env create VERSION`, or any venv). The matrix is a
-campaign of N sides (`harness.campaign`): every unit (a suite's conformance cases, each
+campaign of N sides (`harness.comparing.campaign`): every unit (a suite's conformance cases, each
 benchmark case alone) runs in a fresh process per side and round, the order of the sides
 rotated from round to round so that each goes first as often as the others. Each version is
 judged against the one before it, the rounds giving the spread between processes. The matrix
@@ -25,11 +25,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import campaign, compare, envs, expectations, machine, records
-from harness.calibration import Calibration
-from harness.campaign import CampaignError, Unit
+from harness import records
 from harness.cases import metric_id
+from harness.comparing import campaign, compare, expectations
+from harness.comparing.calibration import Calibration
+from harness.comparing.campaign import CampaignError, Unit
 from harness.records import MetricKey, Result, Run
+from harness.releases import envs
+from harness.running import machine
 
 SCHEMA = "release-bench-matrix/1"
 # the runner records each warning a case raised as "<Category> (recorded, not shown): <text>"

@@ -27,14 +27,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness import cases, machine, records
+from harness import cases, records
 from harness.cases import Case, Context, NotInRelease, Params, Skip, param_id
-from harness.launch import LaunchError
-from harness.telemetry import Telemetry
+from harness.running import machine
+from harness.running.launch import LaunchError
+from harness.running.telemetry import Telemetry
 
 if TYPE_CHECKING:
-    from harness.duet import Barrier
-    from harness.launch import Cluster
+    from harness.running.duet import Barrier
+    from harness.running.launch import Cluster
 
 MAX_REASON = 400
 
@@ -335,7 +336,7 @@ def run(
     """Execute the plan, rewriting the run file atomically after every case.
 
     With `cluster` (node 0 of a run across hosts) every case's workers are spread over its
-    hosts, and the record lists them. With `barrier` (a side of a duet, `harness.duet`) each
+    hosts, and the record lists them. With `barrier` (a side of a duet, `harness.running.duet`) each
     case starts when the other side reaches it too, and its entry says whether it did.
 
     A run interrupted part-way keeps every finished case on disk, with `finished` null.
@@ -352,7 +353,7 @@ def run(
         guard.install()
         # the command as typed, without this machine's path to the executable
         command = [Path(sys.argv[0]).name, *sys.argv[1:]]
-        # a run across hosts (harness.nodes): node 0 writes the record, listing the hosts
+        # a run across hosts (harness.running.nodes): node 0 writes the record, listing the hosts
         run_doc = records.new_run(machine.fingerprint(), profile, command=command,
                                   telemetry=telemetry.info if telemetry is not None else None,
                                   hosts=cluster.hosts() if cluster is not None else None,

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.telemetry.host import HostReader
-from harness.telemetry.nvml import NvmlReader, throttling_reasons
+from harness.running.telemetry.host import HostReader
+from harness.running.telemetry.nvml import NvmlReader, throttling_reasons
 
 # Other processes using more than this much CPU (percent of one core, on average) make a
 # timing on a 2-core machine untrustworthy.

@@ -48,15 +48,15 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from harness.formats import fmt_percent, fmt_rate
 from harness.records import Metric, Result, Run
-from harness.summary import fmt_percent, fmt_rate
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_FILE = ROOT / "expectations.toml"
 OUTCOMES = ("pass", "fail", "error", "skip")
 FAILED = ("fail", "error")

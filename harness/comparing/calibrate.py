@@ -1,7 +1,7 @@
 """Measuring this machine's noise (`release-bench calibrate`): from the rounds of an A/A
 campaign (the same Python on both sides), each figure's spread of a round's B/A log ratio,
 whether its level is drawn per process, each family's spread, and the rounds factor of each
-benchmark; the result is a `harness.calibration.Calibration`, which the judges read.
+benchmark; the result is a `harness.comparing.calibration.Calibration`, which the judges read.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from harness import campaign, compare, records, stats
-from harness.calibration import Calibration, Key, Spread, rounds_for
+from harness import records, stats
+from harness.comparing import campaign, compare
+from harness.comparing.calibration import Calibration, Key, Spread, rounds_for
 from harness.records import Run
 
 # The most rounds a benchmark gets by default, in multiples of `ab`'s rounds: a cost bound

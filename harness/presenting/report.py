@@ -6,7 +6,7 @@ figures stay sharp when zoomed; an interactive plotting library would add a scri
 for no gain in a page that is read, not explored.
 
 Sections per run: the release checklist (each feature, its 1.6 status, conformance counts),
-each suite's figures (declared by the suite itself, `harness.figures`), its cases, the tables
+each suite's figures (declared by the suite itself, `figures`), its cases, the tables
 cases chose to show, telemetry time series per case, and the machine fingerprint. The page
 comes from an auto-escaping Jinja2 template (templates/report.html.j2); this module knows no
 suite and no metric.
@@ -23,9 +23,10 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from harness import figures, records
+from harness import records
 from harness.cases import param_id
-from harness.summary import key_figures
+from harness.presenting import figures
+from harness.presenting.summary import key_figures
 
 KEY_FIGURES = 6  # figures a case's row shows, headline ones first
 TEMPLATES = Path(__file__).parent / "templates"
@@ -168,7 +169,7 @@ def build(runs: list[records.Run], title: str = "torch-release-bench report") ->
 def _matrix_view(record: dict) -> dict[str, Any]:
     """The release matrix as the template shows it: features x versions, the changes, and
     headline figures x versions with each version's verdict against the one before."""
-    from harness.summary import fmt_metric
+    from harness.presenting.summary import fmt_metric
 
     labels = [v["label"] for v in record["versions"]]
     changed = defaultdict(set)  # case -> versions it changed in
@@ -215,7 +216,7 @@ def build_matrix(record: dict, title: str = "torch release matrix") -> str:
 def _history_view(recs: list[dict]) -> dict[str, Any]:
     """The release history as the template shows it: builds, features x releases and examples x
     releases with each change marked at the first release that shows it, and the changes."""
-    from harness import envs, history
+    from harness.releases import envs, history
 
     labels = [r["release"] for r in recs]
     changed = defaultdict(set)  # case or example -> releases where it changed
@@ -274,7 +275,7 @@ def _history_view(recs: list[dict]) -> dict[str, Any]:
 
 
 def _example_code(suite: str, name: str) -> str:
-    from harness import api_record
+    from harness.releases import api_record
 
     found = [e for e in api_record.load(suite) if e.name == name]
     return found[0].code if found else ""

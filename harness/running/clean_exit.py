@@ -29,9 +29,10 @@ from typing import Any
 
 import psutil
 
-from harness import launch, summary
+from harness import formats
+from harness.running import launch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PARALLEL = 2  # trials at a time: the machines this runs on have two cores
 TRIALS = {"quick": 20, "full": 100}
 # What the C++ runtime prints when std::terminate runs (a joinable std::thread destroyed, an
@@ -170,7 +171,7 @@ def rate_interval(k: int, n: int) -> tuple[float, float]:
 
 
 def fmt_rate(k: int, n: int) -> str:
-    return summary.fmt_rate(k, n, *rate_interval(k, n))
+    return formats.fmt_rate(k, n, *rate_interval(k, n))
 
 
 def record(ctx: Any, program: str, results: list[list[End]]) -> bool:
@@ -191,7 +192,7 @@ def record(ctx: Any, program: str, results: list[list[End]]) -> bool:
     # by one: a second kind of failure beside a known one is not excused by it
     failures = ctx.details.setdefault("failures", [])
     failures += [f"{program}: {m}" for m in messages]
-    detail = f"{summary.fmt_rate(k, n, lo, hi)} trials ended abnormally"
+    detail = f"{formats.fmt_rate(k, n, lo, hi)} trials ended abnormally"
     if messages:
         detail += "; " + " | ".join(messages[:3])
     return ctx.check(f"{program} ends cleanly in {n} fresh processes", k == 0, detail)

@@ -2,7 +2,7 @@
 
 Both multi-process suites join through `joined`, which owns init and shutdown. The
 rendezvous is the store the launcher hosts at MASTER_ADDR:MASTER_PORT (bound to one address,
-`harness.launch.bound_store`), or the port a caller names; nothing here listens on every
+`harness.running.launch.bound_store`), or the port a caller names; nothing here listens on every
 interface.
 """
 
@@ -17,7 +17,7 @@ from datetime import timedelta
 import torch.distributed as dist
 from torch.distributed import rpc
 
-from harness import launch
+from harness.running import launch
 
 
 @dataclass

@@ -1,10 +1,10 @@
 """`release-bench ab A B`: the same cases in two Python environments, interleaved on one machine.
 
 A and B are two torch builds (a venv folder or a Python executable each), or the same one twice
-for an A/A check. The comparison is a campaign of two sides (`harness.campaign`): each round
+for an A/A check. The comparison is a campaign of two sides (`campaign`): each round
 runs every unit (a suite's conformance cases, each benchmark case alone) on both sides, A then
 B or B then A, so that each side goes first in half of the rounds. Each side's rounds are
-merged into one run, and B is judged against A by `harness.compare`, each metric on its rounds'
+merged into one run, and B is judged against A by `compare`, each metric on its rounds'
 B/A ratios. The folder keeps `ab.json` (what was run), the rounds, each side's merged run and
 `comparison.json` (the verdicts); `judge` gives the verdicts again from it.
 """
@@ -19,9 +19,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness import campaign, compare, records
-from harness.calibration import Calibration
-from harness.campaign import CampaignError, Unit
+from harness import records
+from harness.comparing import campaign, compare
+from harness.comparing.calibration import Calibration
+from harness.comparing.campaign import CampaignError, Unit
 
 SIDES = ("A", "B")
 
@@ -72,11 +73,11 @@ def ab(a: str, b: str, units: list[Unit], run_args: list[str], rounds: int, out_
 
 def design_of(units: list[Unit]) -> dict[str, Any]:
     """How the campaign measures: sequential rounds, or duets for its duet units, each side
-    on a half of these CPUs in a round (harness.duet)."""
+    on a half of these CPUs in a round (harness.running.duet)."""
     duets = [u.name for u in units if u.duet]
     if not duets:
         return {"kind": "sequential"}
-    from harness import duet
+    from harness.running import duet
 
     return {"kind": "duet", "duet_units": duets, "halves": [list(h) for h in duet.halves()],
             "swap": "the halves swap every other round; judged per swapped pair"}

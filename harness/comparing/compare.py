@@ -45,8 +45,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from harness import stats
-from harness.calibration import Calibration
 from harness.cases import metric_id
+from harness.comparing.calibration import Calibration
 from harness.records import Metric, MetricKey, Run
 
 # kind -> tolerated relative change in the bad direction: 0.05 means a speedup may fall to
@@ -469,7 +469,7 @@ def compare_runs(base: Run, cand: Run, thresholds: dict[str, float] | None = Non
     """The changes from `base` to `cand`. The spread between runs comes from `history` (the
     machine's earlier runs, oldest first) or from `replicates` (ab's rounds); given both, the
     history's spread of each metric is a floor under the rounds'. `cal` is this machine's
-    calibration (None: the conservative rules, see harness.calibration)."""
+    calibration (None: the conservative rules, see harness.comparing.calibration)."""
     th = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
     base_by_key = {e.key: e for e in base.results}
     changes: list[Change] = []

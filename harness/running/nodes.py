@@ -6,9 +6,9 @@ What runs where, for `release-bench multihost` on every host:
     release-bench multihost            hosts the rendezvous store on the endpoint's host,
     │                                  bound to the endpoint's address only
     └─ torchrun --rdzv-backend c10d    joins the rendezvous (is_host=false: the store above)
-       └─ python -m harness.nodes      the node agent: node 0 runs the selected cases; the
+       └─ python -m harness.running.nodes      the node agent: node 0 runs the selected cases; the
           │                            others serve their share of each case's ranks
-          └─ spawned workers           `harness.launch.LocalRanks`, as on one machine
+          └─ spawned workers           `harness.running.launch.LocalRanks`, as on one machine
 
 Node 0's agent hands its `Cluster` to the run (`commands.run.run_across_hosts`), the runner
 to each case's `Context`, and the case's `ctx.launch` to `launch.launch`, which then calls
@@ -48,7 +48,7 @@ from typing import Any
 import psutil
 import torch.distributed as dist
 
-from harness import launch, machine
+from harness.running import launch, machine
 
 RDZV_ENV = "RELEASE_BENCH_RDZV"  # host:port of the rendezvous store, for the node agents
 IFACE_ENV = "RELEASE_BENCH_IFACE"
@@ -173,7 +173,7 @@ class Cluster:
                timeout_s: float, grace_s: float, setup: Callable[[], None] | None,
                env: dict[str, str] | None, label: str, store_port: int | None,
                started: dict[int, int] | None = None) -> list[Any]:
-        """`harness.launch.launch` across the hosts: this host's ranks start here, the others'
+        """`launch.launch` across the hosts: this host's ranks start here, the others'
         on their hosts; one `LaunchError` names the first failure and where it happened."""
         store = None
         if store_port is None:
@@ -455,7 +455,7 @@ def torchrun_command(plan: HostPlan, addr: str, run_args: Sequence[str]) -> list
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{plan.rdzv_host}:{plan.rdzv_port}",
             "--rdzv-conf", f"is_host=false,join_timeout={plan.join_timeout_s:g}",
             "--local-addr", addr, "--max-restarts", "0", "--monitor-interval", "0.5",
-            "-m", "harness.nodes", *run_args]
+            "-m", "harness.running.nodes", *run_args]
 
 
 def _end_with_parent() -> None:

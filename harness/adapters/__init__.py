@@ -1,0 +1,1 @@
+"""The suites as pytest and asv see them, generated from their definitions."""

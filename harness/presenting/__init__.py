@@ -1,0 +1,1 @@
+"""Presenting records: terminal tables, report figures, the HTML pages, asv's dashboard."""
