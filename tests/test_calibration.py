@@ -113,6 +113,25 @@ def test_the_calibrations_floor_holds_a_figure_that_looked_steady_by_chance():
 
 @pytest.mark.slow
 @pytest.mark.distributed
+def test_calibrate_keeps_the_calibration_of_other_hardware_of_the_same_name(tmp_path):
+    from harness.running import machine
+
+    theirs = copy.deepcopy(machine.fingerprint())
+    flags = theirs["cpu"]["flags"]
+    flags["avx512f"] = not flags.get("avx512f")
+    cal = calibration.Calibration(theirs, {}, {("s/c", "time"): calibration.Spread(0.01, 9)},
+                                  {"s.c": 2}, measured={"rounds": 8})
+    path = calibration.write(cal, tmp_path)
+    before = path.read_text()
+    out = subprocess.run([BIN / "release-bench", "calibrate", "--suite", "profiler", "--case",
+                          "overhead", "--rounds", "3", "--out", str(tmp_path),
+                          "--work", str(tmp_path / "work")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "other hardware" in out.stderr and "avx512f" in out.stderr
+    assert path.read_text() == before and not (tmp_path / "work").exists()
+
+
 def test_calibrate_runs_an_aa_here_and_writes_the_machines_calibration(tmp_path):
     """A real calibration: an A/A campaign of the profiler's overhead (one live campaign of the
     test suite, so its ab folder is checked here too), and the calibration written from it."""

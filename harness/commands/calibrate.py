@@ -21,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the environment to calibrate with (default: this Python)")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="where the calibration goes (default: results/calibration)")
+    parser.add_argument("--replace", action="store_true",
+                        help="write over a calibration of other hardware that has this "
+                             "machine's name (machines of one name can differ in CPU flags)")
     parser.add_argument("--work", default="results/scratch/calibrate", metavar="DIR",
                         help="where the A/A's rounds go")
     parser.add_argument("--duet", action="store_true",
@@ -43,6 +46,10 @@ def main(args) -> int:
     if not units:
         raise UsageError("nothing to calibrate: no benchmark case matches the selection")
     root = Path(args.out) if args.out else calibration.CALIBRATIONS
+    here = machine.fingerprint()
+    _keep_other_hardwares(calibration.path_for(here["name"], root,
+                                               "duet" if args.duet else "sequential"),
+                          here, args.replace)
     started = records.now()
     try:
         res = ab.ab(args.python, args.python, units, common.run_args(args), args.rounds,
@@ -59,7 +66,7 @@ def main(args) -> int:
                 if sys.argv[1:2] == ["calibrate"] else ["release-bench", "calibrate"],
                 "ab": records.shown_path(res["dir"]), "aa_counts": compare.counts(res["changes"])}
     by_side = campaign.load_rounds(res["dir"])
-    cal = calibrate.measure(by_side["A"], by_side["B"], machine.fingerprint(),
+    cal = calibrate.measure(by_side["A"], by_side["B"], here,
                               [u.name for u in units], ab_command.DEFAULT_ROUNDS, measured)
     path = calibration.write(cal, root)
     doc = cal.to_json()
@@ -73,6 +80,24 @@ def main(args) -> int:
     print("A/A verdicts: " + ", ".join(f"{n} {v}" for v, n in measured["aa_counts"].items()))
     print(f"calibration written to {path}")
     return EXIT_OK
+
+
+def _keep_other_hardwares(path, here: dict, replace: bool) -> None:
+    """Refuse, before an hour of rounds, to write over the calibration of other hardware that
+    bears this machine's name (two EPYC VMs of 2 cores, one with AVX-512 and one without)."""
+    from harness.comparing import calibration
+    from harness.running import machine
+
+    if replace or not path.exists():
+        return
+    try:
+        theirs = calibration.read(path).machine
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # unreadable: nothing a reader could use is lost
+    if differ := machine.differences(theirs, here):
+        raise UsageError(f"{records.shown_path(path)} is the calibration of other hardware of "
+                         f"this name ({differ[0]}); --replace writes this machine's over it, "
+                         "--out DIR writes it elsewhere")
 
 
 COMMANDS = (common.Command("calibrate", "an A/A comparison of this machine's benchmarks: how "
