@@ -97,9 +97,11 @@ def upward_imports(root: Path = ROOT / "harness") -> list[str]:
         here = _layer(".".join(rel.with_suffix("").parts))
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness"):
-                names = [node.module] if node.module.count(".") >= 2 or (
-                    node.module.count(".") == 1 and node.module.split(".")[1] not in LAYERS) \
-                    else [f"{node.module}.{a.name}" for a in node.names]
+                # `from harness import x` and `from harness.running import x` name modules
+                parts = node.module.split(".")
+                package = len(parts) == 1 or (len(parts) == 2 and parts[1] in LAYERS)
+                names = [f"{node.module}.{a.name}" for a in node.names] if package \
+                    else [node.module]
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names if a.name.startswith("harness.")]
             else:

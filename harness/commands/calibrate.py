@@ -47,9 +47,8 @@ def main(args) -> int:
         raise UsageError("nothing to calibrate: no benchmark case matches the selection")
     root = Path(args.out) if args.out else calibration.CALIBRATIONS
     here = machine.fingerprint()
-    _keep_other_hardwares(calibration.path_for(here["name"], root,
-                                               "duet" if args.duet else "sequential"),
-                          here, args.replace)
+    design = "duet" if args.duet else "sequential"
+    _keep_other_hardwares(calibration.path_for(here["name"], root, design), here, args.replace)
     started = records.now()
     try:
         res = ab.ab(args.python, args.python, units, common.run_args(args), args.rounds,
@@ -58,7 +57,7 @@ def main(args) -> int:
         raise UsageError(f"calibrate: {e}") from e
     fingerprint = res["A"].machine
     measured = {"started": started, "finished": records.now(), "rounds": args.rounds,
-                "design": "duet" if args.duet else "sequential", "profile": args.profile,
+                "design": design, "profile": args.profile,
                 "torch": (fingerprint.get("torch") or {}).get("version"),
                 "commit": (fingerprint.get("project") or {}).get("commit"),
                 "command": ["release-bench", *(records.shown_path(a) if a.startswith("/") else a
