@@ -37,6 +37,7 @@ from harness.records import Metric as RecordedMetric
 from harness.records import param_id as param_id  # how a parameter set is written, once
 
 if TYPE_CHECKING:  # imported where used, so that the CLI can start (and explain) without torch
+    from harness import stats
     from harness.running import launch, timing
 
 Params = dict[str, Any]
@@ -55,17 +56,82 @@ class Skip(Exception):
     """Raised by a case that cannot run here; the message says why."""
 
 
-class NotInRelease(Skip):
-    """A case (or one of its parameter sets) whose API this torch release does not have: the
-    outcome `n/a`, not an error. `NotInRelease("torch.amp.GradScaler")` reads
-    "torch.amp.GradScaler: not in torch 2.2.2"."""
+def torch_release() -> str:
+    """The installed torch's release, without its local build tag: "2.14.1" for
+    "2.14.1+cu130"."""
+    import torch
 
-    def __init__(self, api: str, why: str = ""):
-        import torch
+    return str(torch.__version__).split("+")[0]
 
-        super().__init__(f"{api}: not in torch {torch.__version__.split('+')[0]}"
-                         + (f" ({why})" if why else ""))
-        self.api = api
+
+@dataclass(frozen=True)
+class Since:
+    """The first torch release with what a case (or some of its parameter sets) exercises,
+    and the evidence: what the releases before it do instead.
+
+        Since("torch.autocast('cpu', dtype=torch.float16)", "2.2.0",
+              before='warns "AutocastCPU only support Bfloat16" and stays disabled',
+              device="cpu", params={"dtype": "float16"})
+
+    In an older release the case does not run: its outcome is `n/a`, with this declaration
+    as the reason. From `release` on the case runs, and whatever it finds missing, refusing
+    or silently doing nothing there (`FeatureAbsent`) is a failure: in a release that has
+    the API, that behaviour is the defect itself. n/a is declared here, never inferred from
+    what a release does at run time. The release history's records are the evidence these
+    declarations are checked against (tests/test_release_ranges.py).
+    """
+
+    what: str  # the API or dtype, as a user would write it
+    release: str  # the first release that has it, e.g. "2.3.0"
+    before: str  # what the releases before it do (their message)
+    device: str = ""  # only on this device type ("" for every device)
+    params: Mapping[str, Any] = field(default_factory=dict)  # only sets with these values
+
+    def __post_init__(self) -> None:
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            Version(self.release)
+        except InvalidVersion as e:
+            raise ValueError(f"Since({self.what!r}): {self.release!r} is not a release") from e
+
+    def applies(self, device: str, params: Mapping[str, Any]) -> bool:
+        """Whether it declares something the run of `params` on `device` exercises."""
+        kind = device.partition(":")[0]
+        return ((not self.device or self.device == kind)
+                and all(params.get(k) == v for k, v in self.params.items()))
+
+    def absent_from(self, release: str) -> bool:
+        """Whether `release` predates it."""
+        from packaging.version import Version
+
+        return Version(release.split("+")[0]) < Version(self.release)
+
+    def reason(self, release: str) -> str:
+        """The n/a reason in `release`: "torch.amp.GradScaler: not in torch 2.2.2 (from
+        2.3.0; before: ...)"."""
+        return f"{self.what}: not in torch {release} (from {self.release}; before: {self.before})"
+
+
+def declared_absence(since: Sequence[Since], device: str, params: Mapping[str, Any],
+                     release: str) -> Since | None:
+    """The first declaration that puts what the run exercises after `release`, or None."""
+    return next((s for s in since if s.applies(device, params) and s.absent_from(release)),
+                None)
+
+
+class FeatureAbsent(Exception):
+    """Raised by a case that finds the API or behaviour it exercises missing, refusing or
+    doing nothing in this release (no `torch.amp.GradScaler`; an autocast that stays off).
+
+    Never `n/a`: a release that lacks a case's API is declared with the case (`Since`), and
+    the runner does not run the case there. Raised from a run, this is the case's failure.
+    `FeatureAbsent("torch.amp.GradScaler", "torch.amp has no GradScaler")`.
+    """
+
+    def __init__(self, what: str, how: str):
+        super().__init__(f"{what}: {how}")
+        self.what, self.how = what, how
 
 
 def has_api(dotted: str) -> bool:
@@ -273,6 +339,24 @@ class Context:
         self.checks.append(Check(name, bool(passed), detail, performance))
         return bool(passed)
 
+    def check_within(self, name: str, samples: Sequence[float], limit: float,
+                     fmt: Callable[[float], str] = "{:.3g}".format) -> stats.Within:
+        """Check that the mean of `samples` (independent repetitions of one figure) lies
+        within +-`limit`, judged with its 95% interval (`stats.mean_ci`): passed when the whole
+        interval is inside, failed when it is all past the limit, inconclusive when it
+        reaches across (a caller may measure more and judge again). `fmt` writes a value."""
+        from harness import stats
+
+        mean, low, high = stats.mean_ci(samples)
+        where = stats.within(low, high, limit)
+        self.checks.append(Check(
+            name, where is stats.Within.INSIDE,
+            f"{fmt(mean)} [{fmt(low)}, {fmt(high)}] over {len(samples)}, limit {fmt(limit)}"
+            + {stats.Within.INSIDE: "", stats.Within.OUTSIDE: ": past the limit",
+               stats.Within.ACROSS: ": the interval reaches across the limit"}[where],
+            inconclusive=where is stats.Within.ACROSS))
+        return where
+
     def check_raises(
         self,
         name: str,
@@ -461,9 +545,9 @@ class Case:
     # whether `ab --duet` may run it as a side of a duet (harness.running.duet): one process, its
     # figures CPU-bound and meaningful on half of the machine
     duet: bool = False
-    # the torch APIs it exercises, as dotted names (`has_api`): in a release without one of
-    # them its outcome is `n/a`, not an error
-    apis: tuple[str, ...] = ()
+    # the releases where what it exercises came (`Since`): in an older release its outcome
+    # is `n/a`, with the declared evidence; in a later one, what it finds absent is a failure
+    since: tuple[Since, ...] = ()
 
     def param_sets(self, profile: str, device: str = "cpu") -> list[Params]:
         return _param_sets(self.params, profile, device)
@@ -565,13 +649,13 @@ class Suite:
     def _case(self, kind: str, params: ParamSpec, devices: Sequence[str], needs: Sequence[str],
               sampled: bool = True, options: Sequence[str] = (),
               tracks: Sequence[TrackView] = (), settings: SettingsSpec | None = None,
-              duet: bool = False, apis: Sequence[str] = ()):
+              duet: bool = False, since: Sequence[Since] = ()):
         def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
             declared = Settings.declare(settings, f"{self.name}/{func.__name__}")
             self.cases.append(
                 Case(self.name, func.__name__, kind, func, _first_line(func),
                      params or [{}], tuple(devices), tuple(needs), sampled, tuple(options),
-                     tuple(tracks), declared, duet, tuple(apis))
+                     tuple(tracks), declared, duet, tuple(since))
             )
             return func
 
@@ -579,19 +663,19 @@ class Suite:
 
     def conformance(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                     needs: Sequence[str] = (), tracks: Sequence[TrackView] = (),
-                    settings: SettingsSpec | None = None, apis: Sequence[str] = ()):
+                    settings: SettingsSpec | None = None, since: Sequence[Since] = ()):
         """Decorator: register a conformance case (named after the function). An upstream
         defect it is known to catch is an entry of `expectations.toml`, not part of the case.
         `tracks` declares the figures it records that asv tracks; `settings` are its values
-        by profile (see `Settings`), read from `ctx.settings`. `apis` are the torch APIs it
-        needs: where one is missing, its outcome is `n/a` (see `NotInRelease`)."""
+        by profile (see `Settings`), read from `ctx.settings`. `since` declares the releases
+        that have what it exercises: in an older one its outcome is `n/a` (see `Since`)."""
         return self._case("conformance", params, devices, needs, tracks=tracks,
-                          settings=settings, apis=apis)
+                          settings=settings, since=since)
 
     def benchmark(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                   needs: Sequence[str] = (), sampled: bool = True, options: Sequence[str] = (),
                   tracks: Sequence[TrackView] = (), settings: SettingsSpec | None = None,
-                  duet: bool = False, apis: Sequence[str] = ()):
+                  duet: bool = False, since: Sequence[Since] = ()):
         """Decorator: register a benchmark case (named after the function). `sampled=False`
         keeps the runner's telemetry off while it runs (for cases that sample themselves);
         `options` names parameters it reads when given (the CLI's --param may set them);
@@ -599,9 +683,9 @@ class Suite:
         plans, timeouts: see `Settings`), read from `ctx.settings`. `duet=True`: `ab --duet`
         runs it on the CPU as a side of a duet (one process whose figures hold on half the
         machine; see harness.running.duet). How many rounds `ab` gives it is this machine's
-        calibration's to say."""
+        calibration's to say. `since`: as for `conformance`."""
         return self._case("benchmark", params, devices, needs, sampled, options, tracks,
-                          settings, duet, apis)
+                          settings, duet, since)
 
     def workload(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                  needs: Sequence[str] = (), asv_name: str = ""):

@@ -23,6 +23,7 @@ are kept in `extra` and written back unchanged, so a newer record survives a rou
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import re
@@ -41,9 +42,25 @@ import jsonschema
 # their metrics have no samples, so `compare` calls them unverified.
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
-# invalid: only performance checks failed, on a machine telemetry found contended (the
-# measurement is void, not the feature broken; see runner.execute).
-OUTCOMES = ("pass", "fail", "skip", "error", "invalid", "n/a")
+
+
+class Outcome(enum.StrEnum):
+    """What running a case once came to (its values are the record's strings)."""
+
+    PASS = "pass"
+    FAIL = "fail"  # a check failed: the feature does not do what the release documents
+    # a check judged with its interval could not tell pass from fail, even after its further
+    # measurements: listed, never a failure (see Context.check_within)
+    INCONCLUSIVE = "inconclusive"
+    SKIP = "skip"  # it cannot run here (no CUDA, no torchvision)
+    ERROR = "error"  # it broke before it could judge (a bug, a worker that died)
+    # only performance checks failed, on a machine telemetry found contended (the measurement
+    # is void, not the feature broken; see runner.execute)
+    INVALID = "invalid"
+    NA = "n/a"  # the release predates what it exercises (`harness.cases.Since`)
+
+
+OUTCOMES = tuple(o.value for o in Outcome)
 
 _METRIC = {
     "type": "object",
@@ -105,6 +122,11 @@ class RecordError(Exception):
 def param_id(params: Mapping[str, Any]) -> str:
     """A parameter set as people read it: n=1-device=cpu ("default" when empty)."""
     return "-".join(f"{k}={v}" for k, v in params.items()) or "default"
+
+
+def result_key(suite: str, case: str, device: str, params: Mapping[str, Any]) -> str:
+    """A result's identity within a run: suite/case[device params]."""
+    return f"{suite}/{case}[{device} {param_id(params)}]"
 
 
 def _extra(doc: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
@@ -205,15 +227,26 @@ class Check:
     passed: bool
     detail: str = ""
     performance: bool = False
+    # judged with an interval that reached across its limit: neither passed nor failed
+    inconclusive: bool = False
+
+    def __post_init__(self) -> None:
+        if self.passed and self.inconclusive:
+            raise ValueError(f"check {self.name!r}: passed and inconclusive at once")
+
+    @property
+    def failed(self) -> bool:
+        return not self.passed and not self.inconclusive
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Check:
         return cls(d["name"], bool(d["passed"]), d.get("detail", ""),
-                   bool(d.get("performance", False)))
+                   bool(d.get("performance", False)), bool(d.get("inconclusive", False)))
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "passed": self.passed, "detail": self.detail}
-        return d | ({"performance": True} if self.performance else {})
+        return (d | ({"performance": True} if self.performance else {})
+                | ({"inconclusive": True} if self.inconclusive else {}))
 
 
 @dataclass(frozen=True)
@@ -249,7 +282,7 @@ class Result:
     @property
     def key(self) -> str:
         """Its identity within a run: suite/case[device params]."""
-        return f"{self.suite}/{self.case}[{self.device} {param_id(self.params)}]"
+        return result_key(self.suite, self.case, self.device, self.params)
 
     @property
     def case_id(self) -> str:

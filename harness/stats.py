@@ -15,6 +15,7 @@ median. `adjust` corrects the p-values of many metrics for their number (Benjami
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Callable, Sequence
 
@@ -262,3 +263,30 @@ def t_quantile(p: float, df: float) -> float:
 def t_sf(t: float, df: float) -> float:
     """P(T > t) for Student's t with `df` degrees of freedom."""
     return float(sps.t.sf(t, df))
+
+
+class Within(enum.StrEnum):
+    """Where an interval lies against a limit |x| <= limit: a check's three answers."""
+
+    INSIDE = "inside"  # the whole interval within the limit: pass
+    OUTSIDE = "outside"  # the whole interval past it: fail
+    ACROSS = "across"  # reaching across it: inconclusive, more measurements may decide
+
+
+def within(low: float, high: float, limit: float) -> Within:
+    """Where [low, high] lies against the band [-limit, limit]."""
+    if -limit <= low and high <= limit:
+        return Within.INSIDE
+    if low > limit or high < -limit:
+        return Within.OUTSIDE
+    return Within.ACROSS
+
+
+def mean_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): Student's t interval of the mean of independent samples (>= 2)."""
+    xs = np.asarray(samples, float)
+    if xs.size < 2:
+        raise ValueError("an interval of the mean needs at least 2 samples")
+    mean = float(xs.mean())
+    half = t_quantile(0.5 + confidence / 2, xs.size - 1) * float(xs.std(ddof=1)) / xs.size**0.5
+    return mean, mean - half, mean + half

@@ -215,7 +215,8 @@ def test_exit_1_when_a_case_fails(tmp_path, monkeypatch, capsys):
         torch.jit._state._jit_caching_layer.clear()
     assert code == 1
     err = capsys.readouterr().err
-    assert "fail: fork_wait/release_notes_example [cpu default]: 1 of 1 checks failed" in err
+    assert ("fail: fork_wait/release_notes_example [cpu default]: 1 of 2 checks failed: returns "
+            "-100: returned 0.0") in err
     (path,) = tmp_path.rglob("*.json")
     assert json.loads(path.read_text())["results"][0]["outcome"] == "fail"
 

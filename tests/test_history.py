@@ -19,6 +19,7 @@ from browser import visit
 from harness import cli
 from harness.records import MetricKey
 from harness.releases import api_record, bisect, envs
+from suites.amp import gradscaler
 
 sys.path.insert(0, str(Path(__file__).parent / "planted"))
 from wrap import planted_python  # noqa: E402
@@ -189,24 +190,26 @@ def test_the_release_notes_examples_run_in_this_torch_and_break_where_their_api_
 @pytest.mark.slow
 def test_the_history_marks_each_change_at_the_first_release_that_shows_it(tmp_path):
     envs_dir, out = tmp_path / "envs", tmp_path / "history"
-    # an "older release": no device-generic GradScaler, and eager fork warns
-    fake_release(envs_dir, "2.13.0", "remove=torch.amp.GradScaler,fork_warns=1")
+    # an "older release": torch 2.2.2, without the device-generic GradScaler (which the
+    # grad_scaler case declares from 2.3.0), and eager fork warns
+    fake_release(envs_dir, "2.2.2", "release=2.2.2,remove=torch.amp.GradScaler,fork_warns=1")
     fake_release(envs_dir, "2.14.1")
-    args = ("history", "2.13.0..2.14.1", "--no-build", "--suite", "amp", "--suite",
+    args = ("history", "2.2.2..2.14.1", "--no-build", "--suite", "amp", "--suite",
             "fork_wait", "--skip", "autocast_op_lists", "--skip", "accuracy_parity", "--skip",
             "clean_exit", "--out", str(out), "--scratch", str(tmp_path / "scratch"))
     made = _rb(*args, envs_dir=envs_dir)
     assert made.returncode == 0, made.stdout + made.stderr
-    old, new = (json.loads((out / f"torch-{v}.json").read_text()) for v in ("2.13.0", "2.14.1"))
+    old, new = (json.loads((out / f"torch-{v}.json").read_text()) for v in ("2.2.2", "2.14.1"))
     scaler = "amp/grad_scaler[cpu default]"
     assert old["cases"][scaler]["outcome"] == "n/a"
-    assert old["cases"][scaler]["reason"].startswith("torch.amp.GradScaler: not in torch")
+    assert old["cases"][scaler]["reason"] == f"torch.amp.GradScaler: not in torch 2.2.2 (from " \
+        f"2.3.0; before: {gradscaler.CPU_SCALER.before})"
     assert new["cases"][scaler]["outcome"] == "pass"
     assert old["project"]["commit"] and old["machine"]["name"]
     examples = {a["example"]: a["status"] for a in old["api"]}
     assert examples["autocast_and_amp_gradscaler"] == "removed"
-    assert "2.13.0 -> 2.14.1: amp/grad_scaler[cpu default]: outcome: n/a -> pass" in made.stdout
-    assert ("2.13.0 -> 2.14.1: amp.autocast_and_amp_gradscaler: example: removed -> "
+    assert "2.2.2 -> 2.14.1: amp/grad_scaler[cpu default]: outcome: n/a -> pass" in made.stdout
+    assert ("2.2.2 -> 2.14.1: amp.autocast_and_amp_gradscaler: example: removed -> "
             in made.stdout)
     assert "warning went: FutureWarning: torch.jit.fork is deprecated (planted)" in made.stdout
     # a release recorded already is kept: the history grows by what it lacks

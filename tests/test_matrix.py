@@ -259,3 +259,25 @@ def test_the_asv_version_axis_builds_one_environment_per_torch_release():
     # the project goes in without its dependencies: pyproject's unpinned torchvision would
     # replace the pinned torch
     assert all("--no-deps" in cmd for cmd in conf.install_command if "{wheel_file}" in cmd)
+
+
+def test_a_case_that_ran_and_is_n_a_in_the_next_version_is_flagged():
+    from harness.presenting import report
+    from harness.releases.matrix import LOST, outcome_changes
+
+    def side(outcome: str) -> dict:
+        return {"cases": {"amp/grad_scaler[cpu default]": {
+            "outcome": outcome, "reason": "" if outcome != "n/a" else "declared", "warnings": []}}}
+
+    (lost,) = outcome_changes(side("pass"), side("n/a"), "2.3.0", "2.4.0")
+    assert lost["flag"] == LOST
+    (came,) = outcome_changes(side("n/a"), side("pass"), "2.2.2", "2.3.0")
+    assert "flag" not in came  # what a later release brings is no news
+    assert all("flag" not in c for c in outcome_changes(side("skip"), side("n/a"), "a", "b"))
+    # the history page shows the flag beside the change
+    recs = [{"release": v, "torch": v, "torchvision": None, "without_torchvision": None,
+             "api": [], "build": {}, "env": None,
+             "machine": {"name": "m", "cpu": "c"},
+             "recorded": "2026-12-04T00:00:00Z", "project": {"commit": "abc1234"}, **side(o)}
+            for v, o in (("2.3.0", "pass"), ("2.4.0", "n/a"))]
+    assert "FLAG: " + LOST in report.build_history(recs)

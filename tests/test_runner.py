@@ -11,10 +11,11 @@ import torch
 from fake_telemetry import HOST_BUSY, FakeTelemetry
 
 from harness import records
-from harness.cases import Context, NotInRelease, Skip, Suite, has_api
+from harness.cases import Context, FeatureAbsent, Since, Skip, Suite, has_api
 from harness.running import runner
 
 demo = Suite("demo", feature="a test suite", status="beta", summary="cases for the runner")
+RELEASE = torch.__version__.split("+")[0]
 
 
 @demo.conformance(devices=("cpu",))
@@ -43,14 +44,32 @@ def skips(ctx: Context):
     raise Skip("needs a thing this machine lacks")
 
 
-@demo.conformance(devices=("cpu",), apis=("torch.amp.GradScaler", "torch.no_such_api"))
-def needs_an_api_this_release_lacks(ctx: Context):
-    raise AssertionError("never runs: the runner checks the APIs first")
+FUTURE = Since("torch.no_such_api", "99.0", before="AttributeError: no such api")
+PAST = Since("torch.autocast('cpu', dtype=torch.float16)", "2.2.0", device="cpu",
+             params={"dtype": "float16"}, before="RuntimeError: bfloat16 only")
+
+
+@demo.conformance(devices=("cpu",), since=[FUTURE])
+def needs_an_api_of_a_later_release(ctx: Context):
+    raise AssertionError("never runs: the runner reads the declaration first")
 
 
 @demo.conformance(devices=("cpu",))
-def finds_an_api_missing_as_it_runs(ctx: Context):
-    raise NotInRelease("torch.autocast('cpu', dtype=torch.float16)", "bfloat16 only")
+def finds_an_undeclared_api_missing(ctx: Context):
+    raise FeatureAbsent("torch.no_such_api", "torch has no no_such_api")
+
+
+@demo.conformance(devices=("cpu",), params=[{"dtype": "bfloat16"}, {"dtype": "float16"}],
+                  since=[PAST])
+def finds_a_declared_api_refusing(ctx: Context):
+    raise FeatureAbsent(f"torch.autocast('cpu', dtype=torch.{ctx.params['dtype']})",
+                        "autocast did not engage")
+
+
+@demo.conformance(devices=("cpu",))
+def judges_an_interval(ctx: Context):
+    ctx.check_within("inside", [0.010, 0.011, 0.012], 0.05)
+    ctx.check_within("across", [0.01, 0.09, 0.05], 0.05)
 
 
 @demo.benchmark(devices=("cpu",))
@@ -105,17 +124,45 @@ def run(name, device="cpu"):
         ("checks_nothing", "error", "conformance case recorded no checks"),
         ("raises", "error", "ZeroDivisionError: division by zero"),
         ("skips", "skip", "needs a thing this machine lacks"),
-        ("needs_an_api_this_release_lacks", "n/a",
-         f"torch.no_such_api: not in torch {torch.__version__.split('+')[0]}"),
-        ("finds_an_api_missing_as_it_runs", "n/a",
-         f"torch.autocast('cpu', dtype=torch.float16): not in torch "
-         f"{torch.__version__.split('+')[0]} (bfloat16 only)"),
+        ("needs_an_api_of_a_later_release", "n/a",
+         f"torch.no_such_api: not in torch {RELEASE} (from 99.0; before: AttributeError: no "
+         "such api)"),
+        ("finds_an_undeclared_api_missing", "fail",
+         f"1 of 1 checks failed: torch.no_such_api works: torch has no no_such_api, in torch "
+         f"{RELEASE}"),
+        ("judges_an_interval", "inconclusive",
+         "1 of 2 checks inconclusive: across: 0.05 [-0.0494, 0.149] over 3, limit 0.05: the "
+         "interval reaches across the limit"),
         ("measures_nothing", "error", "benchmark case recorded no metrics"),
     ],
 )
 def test_outcomes(name, outcome, reason):
     entry = run(name)
     assert (entry.outcome, entry.reason) == (outcome, reason)
+
+
+def test_a_declared_range_decides_n_a_and_a_refusal_inside_it_fails(monkeypatch):
+    case = demo.case("finds_a_declared_api_refusing")
+    # in this release the API is declared present: what the run finds is a failure
+    entry = runner.execute(case, "cpu", {"dtype": "float16"}, "quick")
+    assert entry.outcome == "fail"
+    assert entry.reason.endswith(f"autocast did not engage, in torch {RELEASE}, which has it "
+                                 "(from 2.2.0)")
+    # in a release before it, the case does not run: n/a with the declared evidence
+    monkeypatch.setattr(torch, "__version__", "2.1.2+cu121")
+    entry = runner.execute(case, "cpu", {"dtype": "float16"}, "quick")
+    assert (entry.outcome, entry.reason) == (
+        "n/a", "torch.autocast('cpu', dtype=torch.float16): not in torch 2.1.2 (from 2.2.0; "
+               "before: RuntimeError: bfloat16 only)")
+    assert not entry.checks
+    # the declaration names its parameter set and device: the other set still runs
+    assert runner.execute(case, "cpu", {"dtype": "bfloat16"}, "quick").outcome == "fail"
+    assert not PAST.applies("cuda", {"dtype": "float16"})
+
+
+def test_a_declaration_needs_a_release():
+    with pytest.raises(ValueError, match="is not a release"):
+        Since("torch.thing", "latest", before="...")
 
 
 def test_has_api_names_objects_submodules_and_keywords():

@@ -89,7 +89,7 @@ def _cases(suite: Suite, kind: str) -> list:
 
 def _only_timings_failed(entry: Result) -> bool:
     """Whether every check the case failed was a timing (a speedup floor, a latency bound)."""
-    failed = [c for c in entry.checks if not c.passed]
+    failed = [c for c in entry.checks if c.failed]
     return entry.outcome == "fail" and bool(failed) and all(c.performance for c in failed)
 
 
@@ -109,6 +109,8 @@ def _assert_passes(case: Case, device: str, params: Params) -> Result:
         pytest.skip(entry.reason)
     if entry.outcome == "invalid":
         pytest.skip(f"measured contended, so not judged: {entry.reason}")
+    if entry.outcome == "inconclusive":
+        pytest.skip(f"inconclusive, so not judged: {entry.reason}")
     judged = expectations.judge_result(entry, _here(), _expectations())
     if judged.status == "expected-fail":
         raise ExpectedFailure(f"{judged.issue}: {entry.reason}")

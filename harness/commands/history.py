@@ -113,7 +113,8 @@ def main(args) -> int:
         step = " -> ".join(c["versions"])
         what = (f"{c['from']} -> {c['to']}" if "from" in c
                 else c.get("warning") or c.get("detail", ""))
-        print(f"{step}: {c['case']}: {c['what']}: {what}")
+        print(f"{step}: {c['case']}: {c['what']}: {what}"
+              + (f" (FLAG: {c['flag']})" if c.get("flag") else ""))
     cost = history.totals(recs)
     print(f"{len(recs)} releases recorded in {folder}: "
           f"{sum(r['wall_s'] for r in recs) / 60:.1f} min of recording; their "

@@ -77,7 +77,9 @@ def main(args) -> int:
         for c in step["changes"]:  # reported; the expectations judge the outcomes
             what = (f"{c['from']} -> {c['to']}" if c["what"] in ("outcome", "case")
                     else c["warning"])
-            print(f"  {c['case']}: {c['what']}: {what}")
+            print(f"  {c['case']}: {c['what']}: {what}"
+                  + (f" (FLAG: {c['flag']})" if c.get("flag") else ""))
+            unexpected += bool(c.get("flag"))
         for v in step["headline_verdicts"]:
             lo, hi = v["interval"] or (None, None)
             ci = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else ""

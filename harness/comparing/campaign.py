@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # calibration measures with this module's rounds
     from harness.comparing.calibration import Calibration
 
 ROOT = Path(__file__).resolve().parents[2]
-OUTCOME_ORDER = ("error", "fail", "invalid", "pass", "skip", "n/a")  # the worst first
+OUTCOME_ORDER = ("error", "fail", "invalid", "inconclusive", "pass", "skip", "n/a")  # worst first
 
 
 class CampaignError(Exception):

@@ -19,7 +19,8 @@ that rate, and the issue that tracks the defect (required: no expectation withou
 
 Each result of a run then gets a status:
 
-- `pass`, `skip`, `invalid`: as the outcome, where no entry applies or the entry allows a pass;
+- `pass`, `skip`, `invalid`, `inconclusive`: as the outcome, where no entry applies or the
+  entry allows a pass;
 - `expected-fail`: it failed (or erred) as an applicable entry says, every failure message
   matching a signature, every rate inside its range: green, shown with the issue link;
 - `unexpected-fail`: a failure no entry excuses, a failure message no signature matches, or a
@@ -65,8 +66,8 @@ KEYS = {"case", "outcome", "signature", "issue", "summary", "when", "rate"}
 # what `update` writes where a ticket is still to be named; `load` refuses it
 PLACEHOLDER_ISSUE = "FILL IN: the URL of the issue tracking this defect"
 ISSUE_URL = re.compile(r"^https?://\S+/\S+$")
-STATUSES = ("pass", "skip", "n/a", "invalid", "expected-fail", "unexpected-fail",
-            "unexpected-pass")
+STATUSES = ("pass", "skip", "n/a", "invalid", "inconclusive", "expected-fail",
+            "unexpected-fail", "unexpected-pass")
 UNEXPECTED = ("unexpected-fail", "unexpected-pass")
 
 
@@ -244,7 +245,7 @@ def failure_messages(entry: Result) -> list[str]:
     listed = entry.details.get("failures")
     if listed:
         return list(listed)
-    failed = [c for c in entry.checks if not c.passed]
+    failed = [c for c in entry.checks if c.failed]
     if failed and entry.outcome == "fail":
         return [f"{c.name}: {c.detail}" for c in failed]
     return [entry.reason]

@@ -229,7 +229,7 @@ def _history_view(recs: list[dict]) -> dict[str, Any]:
                   + (f": {c['reason']}" if c.get("reason") else "")
                   + (f" (before: {c['reason_before']})" if c.get("reason_before") else ""))
         changes.append({"release": release, "before": before, "case": c["case"],
-                        "what": c["what"], "detail": detail})
+                        "what": c["what"], "detail": detail, "flag": c.get("flag")})
     cases = sorted({cid for r in recs for cid in r["cases"]})
     features = []
     for cid in cases:

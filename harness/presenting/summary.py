@@ -125,11 +125,15 @@ def run_summary(run: Run, tables: bool = True) -> str:
     lines.append(_rows_to_text(rows))
     counts = Counter(e.outcome for e in run.results)
     lines.append("totals: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in
-                                        ("pass", "fail", "error", "skip", "n/a", "invalid")))
+                                        ("pass", "fail", "error", "skip", "n/a", "invalid",
+                                         "inconclusive")))
     if judged := run.expectations:
         lines.append(f"expectations ({judged['source']}): " + ", ".join(
             f"{n} {s}" for s, n in judged["counts"].items() if n and s in EXPECTATION_STATUSES)
             + ("" if any(judged["counts"].get(s) for s in EXPECTATION_STATUSES) else "none apply"))
+    if counts.get("inconclusive"):
+        lines.append(f"{counts['inconclusive']} inconclusive: a check's interval reached across "
+                     "its limit after every further measurement; listed, not failures")
     if counts.get("invalid"):
         lines.append(f"{counts['invalid']} invalid: only performance checks failed, on a machine "
                      "telemetry found contended; not failures, rerun them on a quiet machine")

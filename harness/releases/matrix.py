@@ -79,6 +79,16 @@ def summarize_side(run: Run) -> dict[str, Any]:
     return {"cases": cases, "headlines": headlines}
 
 
+# the flag on a case that ran in one version and is n/a in the next
+LOST = "went n/a: the later version lacks what the case exercised before"
+
+
+def lost(before: str, after: str) -> bool:
+    """A case that ran (passed or failed) and is `n/a` in the next version: that version
+    lost what it exercises, news whatever the expectations say."""
+    return after == "n/a" and before not in ("n/a", "skip")
+
+
 def outcome_changes(prev: dict, this: dict, prev_label: str, label: str) -> list[dict]:
     """Cases whose outcome moved, and warnings that appeared or went, from one version to the
     next."""
@@ -92,7 +102,8 @@ def outcome_changes(prev: dict, this: dict, prev_label: str, label: str) -> list
         if a["outcome"] != b["outcome"]:
             out.append({"case": cid, "what": "outcome", "from": a["outcome"],
                         "to": b["outcome"], "reason": b["reason"],
-                        "versions": [prev_label, label]})
+                        "versions": [prev_label, label]}
+                       | ({"flag": LOST} if lost(a["outcome"], b["outcome"]) else {}))
         for w in sorted(set(b["warnings"]) - set(a["warnings"])):
             out.append({"case": cid, "what": "warning appeared", "warning": w,
                         "versions": [prev_label, label]})

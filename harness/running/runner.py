@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from harness import cases, records
-from harness.cases import Case, Context, NotInRelease, Params, Skip, param_id
+from harness.cases import Case, Context, FeatureAbsent, Params, Skip, param_id
 from harness.running import machine
 from harness.running.launch import LaunchError
 from harness.running.telemetry import Telemetry
@@ -138,10 +138,18 @@ def _warning_notes(caught: list[warnings.WarningMessage]) -> list[str]:
     return notes
 
 
-def _failed_checks_reason(ctx: Context) -> str:
-    failed = [c for c in ctx.checks if not c.passed]
+def _checks_reason(ctx: Context, failed: list[records.Check], how: str = "failed") -> str:
     parts = "; ".join(f"{c.name}: {c.detail}" if c.detail else c.name for c in failed)
-    return f"{len(failed)} of {len(ctx.checks)} checks failed: {parts}"
+    return f"{len(failed)} of {len(ctx.checks)} checks {how}: {parts}"
+
+
+def _absent_detail(case: Case, ctx: Context, e: FeatureAbsent) -> str:
+    """What a run found absent, against the release range the case declares for it."""
+    release = cases.torch_release()
+    declared = next((s for s in case.since if s.what == e.what
+                     and s.applies(ctx.device, ctx.params)), None)
+    return f"{e.how}, in torch {release}" + (
+        f", which has it (from {declared.release})" if declared else "")
 
 
 def _contended_reason(ctx: Context, telemetry: dict[str, Any] | None) -> str | None:
@@ -152,7 +160,7 @@ def _contended_reason(ctx: Context, telemetry: dict[str, Any] | None) -> str | N
     correctness check, or a performance check failed on an uncontended machine (or without
     telemetry, which cannot tell), still fails the case.
     """
-    failed = [c for c in ctx.checks if not c.passed]
+    failed = [c for c in ctx.checks if c.failed]
     if not failed or not all(c.performance for c in failed):
         return None
     if not telemetry or telemetry.get("valid", True):
@@ -213,13 +221,14 @@ def _run_guarded(case: Case, ctx: Context, sampler) -> tuple[str, str]:
     try:
         if ctx.device == "cuda" and not torch.cuda.is_available():
             raise Skip("CUDA is not available on this machine")
-        if missing := [api for api in case.apis if not cases.has_api(api)]:
-            raise NotInRelease(missing[0])
+        release = cases.torch_release()
+        if gap := cases.declared_absence(case.since, ctx.device, ctx.params, release):
+            return "n/a", gap.reason(release)
         torch.manual_seed(0)
         with sampler:
             case.func(ctx)
-    except NotInRelease as e:
-        return "n/a", str(e)
+    except FeatureAbsent as e:
+        ctx.check(f"{e.what} works", False, _absent_detail(case, ctx, e))
     except Skip as e:
         return "skip", str(e)
     except LaunchError as e:
@@ -228,8 +237,10 @@ def _run_guarded(case: Case, ctx: Context, sampler) -> tuple[str, str]:
     except Exception as e:
         ctx.details["traceback"] = traceback.format_exc()
         return "error", f"{type(e).__name__}: {e}".splitlines()[0]
-    if any(not c.passed for c in ctx.checks):
-        return "fail", _failed_checks_reason(ctx)
+    if failed := [c for c in ctx.checks if c.failed]:
+        return "fail", _checks_reason(ctx, failed)
+    if undecided := [c for c in ctx.checks if c.inconclusive]:
+        return "inconclusive", _checks_reason(ctx, undecided, "inconclusive")
     if case.kind == "conformance" and not ctx.checks:
         return "error", "conformance case recorded no checks"
     if case.kind == "benchmark" and not (ctx.metrics or ctx.checks):

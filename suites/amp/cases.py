@@ -29,8 +29,9 @@ import torch
 from harness.cases import (
     PROFILES,
     Context,
+    FeatureAbsent,
     FromSetting,
-    NotInRelease,
+    Since,
     Skip,
     Suite,
     Track,
@@ -134,7 +135,26 @@ def matmul(device: str, n: int, dtype: str):
 
 # ---- conformance ----------------------------------------------------------------------------
 
-@suite.conformance(params=[{"dtype": "bfloat16"}, {"dtype": "float16"}])
+# CPU autocast took bfloat16 only before 2.2 (checked in torch 1.13.1 and 2.1.2).
+CPU_FLOAT16 = Since("torch.autocast('cpu', dtype=torch.float16)", "2.2.0", device="cpu",
+                    params={"dtype": "float16"},
+                    before="RuntimeError: Currently, AutocastCPU only support Bfloat16 as the "
+                           "autocast_cpu_dtype")
+
+
+def autocast_api(device: str, dtype: str) -> str:
+    return f"torch.autocast({training.device_type(device)!r}, dtype=torch.{dtype})"
+
+
+def require_bfloat16(device: str, dtype: str) -> None:
+    """Skip bfloat16 on a GPU without it (before Ampere): the hardware lacks it, not torch."""
+    if (dtype == "bfloat16" and training.device_type(device) == "cuda"
+            and not torch.cuda.is_bf16_supported()):
+        raise Skip(f"{torch.cuda.get_device_name(device)} has no bfloat16 "
+                   "(torch.cuda.is_bf16_supported() is False)")
+
+
+@suite.conformance(params=[{"dtype": "bfloat16"}, {"dtype": "float16"}], since=[CPU_FLOAT16])
 def autocast_op_lists(ctx: Context) -> None:
     """Each op in PyTorch's autocast lists gives the expected dtype and equals its control.
 
@@ -142,8 +162,9 @@ def autocast_op_lists(ctx: Context) -> None:
     oplists).
     """
     dtype = ctx.params["dtype"]
-    if why := oplists.autocast_refuses(ctx.device, getattr(torch, dtype)):
-        raise NotInRelease(f"torch.autocast({ctx.device!r}, dtype=torch.{dtype})", why)
+    require_bfloat16(ctx.device, dtype)
+    if did := oplists.autocast_refuses(ctx.device, getattr(torch, dtype)):
+        raise FeatureAbsent(autocast_api(ctx.device, dtype), f"autocast did not engage: {did}")
     (res,) = ctx.launch(oplists.run_lists, 1, (ctx.device, dtype), timeout_s=600,
                         label="autocast lists worker")
     if "unavailable" in res:
@@ -177,21 +198,31 @@ def autocast_op_lists(ctx: Context) -> None:
             ctx.note(f"not run: {r['check']}: {r['detail']}")
 
 
-@suite.conformance()
+@suite.conformance(since=[gradscaler.CPU_SCALER])
 def grad_scaler(ctx: Context) -> None:
     """GradScaler skips inf/NaN steps, backs off, grows and round-trips, as documented.
 
     Also: a second unscale_ raises and enabled=False passes through; parameters are compared
     with an fp32 control that has no scaler."""
+    if not gradscaler.check_scales(ctx, ctx.device):
+        return
     for check in gradscaler.CHECKS:
         check(ctx, ctx.device)
 
 
 @suite.conformance()
 def accuracy_parity(ctx: Context) -> None:
-    """A small model trained under autocast ends within PARITY_TOLERANCE of the fp32 loss."""
+    """A small model trained under autocast ends within PARITY_TOLERANCE of the fp32 loss.
+
+    First each mode shows that autocast engaged (its first layer computed in the mode's
+    dtype): with autocast off the comparison would pass fp32 against fp32."""
     kind = training.device_type(ctx.device)
-    modes = ("fp32", *AMP_MODES[kind])
+    modes = precision_modes(ctx)
+    computed_in = {m: training.parity_computes_in(ctx.device, m) for m in modes}
+    # an "AMP" run that never left fp32 would agree with fp32 trivially: not compared
+    modes = ("fp32", *[m for m in modes[1:] if check_engaged(ctx, m, computed_in[m])])
+    if len(modes) == 1:
+        return
     threads = torch.get_num_threads()
     # One intra-op thread: this model is too small to gain from more, and on a busy host
     # spinning worker threads slow it many-fold; its speed is not what this case measures.
@@ -214,7 +245,8 @@ def accuracy_parity(ctx: Context) -> None:
         rel = abs(final - ref["final_loss"]) / ref["final_loss"]
         ctx.metric("final_loss", final, "MSE", kind="error", better="lower",
                    labels={"mode": m})
-        rows.append({"mode": m, "initial_loss": runs[m]["initial_loss"], "final_loss": final,
+        rows.append({"mode": m, "computed_in": str(computed_in[m]).removeprefix("torch."),
+                     "initial_loss": runs[m]["initial_loss"], "final_loss": final,
                      "difference_vs_fp32": rel})
         if m != "fp32":
             ctx.metric("loss_difference", 100 * rel, "%", kind="error", better="lower",
@@ -225,6 +257,27 @@ def accuracy_parity(ctx: Context) -> None:
     ctx.table("parity", rows, show=True)
     ctx.details["setup"] = {**training.PARITY, "optimizer": "Adam, full batch",
                             "tolerance": PARITY_TOLERANCE}
+
+
+def precision_modes(ctx: Context) -> tuple[str, ...]:
+    """fp32 and the device's AMP modes, without bf16 on a GPU that has no bfloat16 (noted)."""
+    kind = training.device_type(ctx.device)
+    modes = ("fp32", *AMP_MODES[kind])
+    if kind == "cuda" and not torch.cuda.is_bf16_supported():
+        ctx.note(f"bf16 left out: {torch.cuda.get_device_name(ctx.device)} has no bfloat16")
+        return tuple(m for m in modes if m != "bf16")
+    return modes
+
+
+def check_engaged(ctx: Context, mode: str, computed_in: torch.dtype | str) -> bool:
+    """Check that autocast engaged in `mode` (its first layer computed in the mode's dtype),
+    before anything is compared with fp32; returns whether it did."""
+    want = str(training.MODES[mode][0]).removeprefix("torch.")
+    got = str(computed_in).removeprefix("torch.")
+    return ctx.check(f"{mode}: autocast engaged", got == want,
+                     f"the first layer computed in {got}"
+                     + ("" if got == want else f", not {want}: autocast did not engage, so "
+                        "nothing is compared with fp32"))
 
 
 # ---- benchmarks -----------------------------------------------------------------------------
@@ -299,10 +352,13 @@ def train_step(ctx: Context) -> None:
         raise Skip("TF32 is a CUDA setting; the CPU runs of this grid are the tf32=False ones")
     default_batch, default_side = ctx.settings["sizes"][model]
     batch, side = p.get("batch", default_batch), p.get("side", default_side)
-    modes = ("fp32", *AMP_MODES[kind])
+    modes = precision_modes(ctx)
     with restored_backend_flags():
         steps = {m: training.TrainStep(model, ctx.device, m, batch, side, settings)
                  for m in modes}
+        # a speedup of an "AMP" step that never left fp32 would be a figure about nothing
+        if not all([check_engaged(ctx, m, steps[m].engaged()) for m in modes[1:]]):
+            return
         scale_before = {m: s.scaler.get_scale() for m, s in steps.items() if s.scaler}
         # three warm-up steps: oneDNN/cuDNN pick their kernels, GradScaler settles its scale
         t = ctx.measure_side_by_side(steps, name="time", label="mode", rounds=5, warmup=3)
@@ -381,6 +437,8 @@ def gemm_ladder(ctx: Context) -> None:
     peaks = next((v for k, v in DATASHEET_TFLOPS.items() if k in gpu), {})
     sizes = ctx.settings["sizes"]
     measured = {}
+    if not check_autocast_matmuls(ctx, dtypes):
+        return
     with restored_backend_flags():
         for n in sizes:
             fns = {d: matmul(ctx.device, n, d) for d in dtypes}
@@ -429,6 +487,20 @@ def gemm_ladder(ctx: Context) -> None:
             ctx.note(f"dense peaks for {gpu} from the {DATASHEETS[gpu]}: {peaks}")
 
 
+def check_autocast_matmuls(ctx: Context, dtypes: tuple[str, ...]) -> bool:
+    """Check that each autocast-<dtype> matmul of the ladder computes in <dtype> before any is
+    timed (with autocast off, its TFLOP/s would be float32's); returns whether all do."""
+    engaged = []
+    for d in (d for d in dtypes if d.startswith("autocast-")):
+        got = str(matmul(ctx.device, 64, d)().dtype).removeprefix("torch.")
+        want = d.removeprefix("autocast-")
+        engaged.append(ctx.check(f"{d}: autocast engaged", got == want,
+                                 f"a matmul under autocast gave {got}"
+                                 + ("" if got == want else f", not {want}: autocast did not "
+                                    "engage, so nothing is timed")))
+    return all(engaged)
+
+
 # the GEMM ladder's statements, on the ladder's grid: "quick" and "full" on the CPU,
 # "quick:cuda" and "full:cuda" on CUDA
 suite.workload(params={
@@ -438,9 +510,9 @@ suite.workload(params={
     for kind in GEMM_DTYPES for profile in PROFILES})(matmul)
 
 
-@suite.conformance(params=clean_exit_programs.PARAMS)
+@suite.conformance(params=clean_exit_programs.PARAMS, since=[gradscaler.CPU_SCALER])
 def clean_exit(ctx: Context) -> None:
     """An autocast training step with a GradScaler ends its process cleanly, in N fresh
-    processes."""
+    processes (each first shows that autocast engaged, or exits with an error)."""
     clean_exit_programs.check_programs(
         ctx, {"autocast_gradscaler_step": ["-m", "suites.amp.minimal", ctx.device]})

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.cases import Context, NotInRelease, has_api
+from harness.cases import Context, FeatureAbsent, Since, has_api
 
 DOCUMENTED_DEFAULTS = {"init_scale": 2.0**16, "growth_factor": 2.0, "backoff_factor": 0.5,
                        "growth_interval": 2000}
@@ -88,16 +88,39 @@ def max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> str:
     return f"max abs parameter difference {d:.3g}"
 
 
+# A GradScaler for the CPU came with the device-generic `torch.amp.GradScaler`; before it
+# the only one was CUDA's, which disables itself without CUDA (checked in torch 2.1.2, 2.2.2).
+CPU_SCALER = Since("torch.amp.GradScaler", "2.3.0", device="cpu",
+                   before="AttributeError: module 'torch.amp' has no attribute 'GradScaler'; "
+                          "torch.cuda.amp.GradScaler warns \"CUDA is not available. "
+                          "Disabling.\"")
+
+
 def scaler(device: str, **kw) -> torch.cuda.amp.GradScaler:
     """Today's device-generic GradScaler (torch 2.3 and later); before it, on CUDA, the 1.6
-    spelling `torch.cuda.amp.GradScaler`. A CPU GradScaler did not exist before it: the case
-    is then `n/a` for that release."""
+    spelling `torch.cuda.amp.GradScaler`. Cases that use it on the CPU declare CPU_SCALER."""
     kind = torch.device(device).type
     if has_api("torch.amp.GradScaler"):
         return torch.amp.GradScaler(kind, **kw)
     if kind == "cuda":
         return torch.cuda.amp.GradScaler(**kw)
-    raise NotInRelease("torch.amp.GradScaler", "a GradScaler for the CPU")
+    raise FeatureAbsent("torch.amp.GradScaler", "torch.amp has no GradScaler")
+
+
+def check_scales(ctx: Context, device: str) -> bool:
+    """A GradScaler built with its defaults is enabled and multiplies the loss by its scale:
+    the proof that loss scaling engaged, which the other checks need (a scaler that does not
+    scale has no scale to back off or grow). Returns whether it did."""
+    rig = Rig(device)
+    s = scaler(device)
+    loss = rig.loss("clean0")
+    scaled = s.scale(loss)
+    want = loss.detach() * s.get_scale()
+    ok = s.is_enabled() and s.get_scale() > 1 and torch.equal(scaled.detach(), want)
+    return ctx.check("scale() multiplies the loss by the scale", ok,
+                     f"enabled {s.is_enabled()}, scale {s.get_scale():g}; loss "
+                     f"{loss.item():.6g}, scaled {scaled.item():.6g}"
+                     + ("" if ok else ": loss scaling did not engage, nothing else is checked"))
 
 
 def check_defaults(ctx: Context, device: str) -> None:

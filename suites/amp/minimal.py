@@ -20,7 +20,10 @@ def main(device: str) -> None:
     x, y = torch.randn(32, 64, device=device), torch.randn(32, 1, device=device)
     dtype = torch.float16 if device == "cuda" else torch.bfloat16
     with torch.autocast(device, dtype=dtype):
-        loss = nn.functional.mse_loss(model(x).float(), y)
+        hidden = model[0](x)
+        # the program must exercise AMP: with autocast off, its clean exit says nothing
+        assert hidden.dtype == dtype, f"autocast did not engage: the layer gave {hidden.dtype}"
+        loss = nn.functional.mse_loss(model[1:](hidden).float(), y)
     scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()

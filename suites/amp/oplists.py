@@ -205,8 +205,10 @@ def _autocast_on(device: str) -> bool:
 
 
 def autocast_refuses(device: str, dtype: torch.dtype) -> str | None:
-    """Why this torch's autocast does not take `dtype` on `device` (older releases' CPU
-    autocast took bfloat16 only: raising, or warning and disabling itself), or None."""
+    """What this torch's autocast does instead of taking `dtype` on `device` (raises, or warns
+    and disables itself, or stays off without a word), or None when it engages. Older
+    releases' CPU autocast took bfloat16 only: the cases declare that (`Since`); anywhere
+    else, a refusal is a broken autocast."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -214,8 +216,10 @@ def autocast_refuses(device: str, dtype: torch.dtype) -> str | None:
                 if _autocast_on(device):
                     return None
         except RuntimeError as e:
-            return str(e).splitlines()[0]
-    return str(caught[0].message).splitlines()[0] if caught else "autocast stays disabled"
+            return f"raises {type(e).__name__}: {str(e).splitlines()[0]}"
+    if caught:
+        return f"warns {str(caught[0].message).splitlines()[0]!r} and stays disabled"
+    return "stays disabled, without an error or a warning"
 
 
 def _run_outofplace(case: OpCase, device: str, amp_dtype: torch.dtype,

@@ -329,3 +329,27 @@ def test_parity_control_check_fails_when_nothing_learns(monkeypatch):
     monkeypatch.setattr(torch.optim.Adam, "step", lambda self, closure=None: None)
     bad = failed(run("accuracy_parity"))
     assert set(bad) == {"fp32 control learns"}, bad
+
+
+# ---- every case with its feature off ---------------------------------------------------
+
+# What turns each case's feature off (tests/planted/feature_off.py), with the parameters it is
+# run with. Each must then fail: never pass against a control that is itself, never n/a.
+FEATURE_OFF = {
+    ("autocast_op_lists", "dtype=bfloat16"): ("autocast", {"dtype": "bfloat16"}),
+    ("autocast_op_lists", "dtype=float16"): ("autocast", {"dtype": "float16"}),
+    ("grad_scaler", "default"): ("grad_scaler", {}),
+    ("accuracy_parity", "default"): ("autocast", {}),
+    ("clean_exit", "trials=2"): ("autocast", {"trials": 2}),
+    ("train_step", "model=encoder"): ("autocast", {"model": "encoder"}),
+    ("gemm_ladder", "default"): ("autocast", {}),
+}
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize(("name", "params_id"), list(FEATURE_OFF),
+                         ids=[f"{n}-{p}" for n, p in FEATURE_OFF])
+def test_each_case_fails_with_its_feature_off(feature_off, name, params_id, device):
+    entry = feature_off.assert_fails(cases.suite, FEATURE_OFF, name, params_id, device)
+    if FEATURE_OFF[name, params_id][0] == "autocast" and name != "clean_exit":
+        assert "autocast did not engage" in entry.reason, entry.reason

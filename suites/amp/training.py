@@ -44,6 +44,29 @@ def autocast(device_type: str, dtype: torch.dtype | None) -> contextlib.Abstract
     return torch.autocast(device_type, dtype=dtype)
 
 
+def first_layer_dtype(model: nn.Module, x: torch.Tensor, amp_dtype: torch.dtype | None
+                      ) -> torch.dtype:
+    """The dtype of the output of the first linear or convolution layer the model runs, in a
+    forward pass (without gradients) under `autocast(amp_dtype)`: the proof that autocast engaged,
+    which a comparison with fp32 needs first (with autocast off, "AMP" is fp32 and agrees with
+    fp32 trivially). The model's own output does not prove it: it may end in an op autocast
+    runs in float32 (a layer norm)."""
+    # every such layer is hooked: some are never called as modules (an attention's output
+    # projection, whose weight the attention uses directly)
+    seen: list[torch.dtype] = []
+    hooks = [m.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+             for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    try:
+        with torch.no_grad(), autocast(x.device.type, amp_dtype):
+            model(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    if not seen:
+        raise ValueError(f"{type(model).__name__} ran no linear or convolution layer")
+    return seen[0]
+
+
 def build_model(name: str) -> nn.Module:
     """torchvision ResNets with random weights (nothing is downloaded), or one encoder layer."""
     if name == "encoder":
@@ -131,6 +154,11 @@ class TrainStep:
             self.scaler.step(self.optimizer)
             self.scaler.update()
 
+    def engaged(self) -> torch.dtype:
+        """The dtype its first layer computes in under this mode's autocast
+        (`first_layer_dtype`): the mode's dtype when autocast engaged, float32 for fp32."""
+        return first_layer_dtype(self.model, self.x, self.amp_dtype)
+
     def resident_tensors(self) -> Iterator[torch.Tensor]:
         """Every tensor that lives across steps: parameters, buffers, optimizer state, data,
         the scaler's scale and growth tracker."""
@@ -164,6 +192,13 @@ def parity_model(seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
     d, h = PARITY["features"], PARITY["hidden"]
     return nn.Sequential(nn.Linear(d, h), nn.GELU(), nn.Linear(h, h), nn.GELU(), nn.Linear(h, 1))
+
+
+def parity_computes_in(device: str, mode: str, seed: int = 0) -> torch.dtype:
+    """The dtype the parity model's first layer computes in under `mode`'s autocast, from the
+    same start and data as `train_parity` (`first_layer_dtype`)."""
+    x, _ = parity_data(device, seed)
+    return first_layer_dtype(parity_model(seed).to(device), x, MODES[mode][0])
 
 
 def train_parity(device: str, mode: str, seed: int = 0) -> dict[str, float]:

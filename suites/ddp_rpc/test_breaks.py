@@ -108,3 +108,37 @@ def test_reaped_check_fails_when_the_launcher_does_not_reap(monkeypatch):
             entry.reason
     finally:
         launch.kill_leftovers(entry.details.get("pids", {}).values())
+
+
+# What turns each case's feature off: DDP's all-reduce (the dense half), RPC's gradient
+# (the remote half), the fault injection's kill, or RPC made a local call (tests/planted/
+# feature_off.py). Each must then fail: never pass, never n/a. The entries the tests above
+# already run are named by them; the rest run below.
+FEATURE_OFF = {
+    ("matches_reference", "ddp=none"): (remote_output_detached, {"ddp": "none"}),
+    ("matches_reference", "ddp=outside"): (ddp_allreduce_disabled, {"ddp": "outside"}),
+    ("matches_reference", "ddp=inside"): (ddp_allreduce_disabled, {"ddp": "inside"}),
+    ("mirrored_pairs", "ddp=outside"): (remote_output_detached, {"ddp": "outside"}),
+    ("mirrored_pairs", "ddp=inside"): (ddp_allreduce_disabled, {"ddp": "inside"}),
+    ("dist_grads_equal_local", "ddp=inside"): (remote_output_detached, {"ddp": "inside"}),
+    ("faults", "victim=trainer"): (kill_ignored, {"victim": "trainer"}),
+    ("faults", "victim=ps"): (kill_ignored, {"victim": "ps"}),
+    ("clean_exit", "trials=2"): ("rpc", {"trials": 2}),
+}
+RUN_ABOVE = {
+    ("matches_reference", "ddp=none"):
+        test_reference_embedding_check_fails_when_rpc_output_detached,
+    ("matches_reference", "ddp=inside"): test_reference_checks_fail_without_ddp_allreduce,
+    ("mirrored_pairs", "ddp=outside"):
+        test_mirrored_embedding_checks_fail_when_rpc_output_detached,
+    ("mirrored_pairs", "ddp=inside"): test_mirrored_zero_check_fails_without_ddp_allreduce,
+    ("dist_grads_equal_local", "ddp=inside"):
+        test_local_grad_checks_fail_when_rpc_output_detached,
+    ("faults", "victim=trainer"): test_fault_error_checks_fail_when_nobody_dies,
+}
+
+
+@pytest.mark.parametrize(("name", "params_id"), [k for k in FEATURE_OFF if k not in RUN_ABOVE],
+                         ids=[f"{n}-{p}" for n, p in FEATURE_OFF if (n, p) not in RUN_ABOVE])
+def test_each_case_fails_with_its_feature_off(feature_off, name, params_id):
+    feature_off.assert_fails(cases.suite, FEATURE_OFF, name, params_id)

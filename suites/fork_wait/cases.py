@@ -72,27 +72,56 @@ def clean_exit(ctx: Context) -> None:
         name: ["-m", "suites.fork_wait.minimal", name] for name in minimal.PROGRAMS})
 
 
+def check_scripted(ctx: Context, fn) -> bool:
+    """Check that `fn` is scripted with forks in its graph, before its results are compared:
+    with TorchScript off, fork runs inline and forked results equal serial ones trivially.
+    Returns whether it is."""
+    forks = scripted.forks_in(fn)
+    ctx.details["fork_nodes"] = forks
+    return ctx.check("scripted, with prim::fork in its graph", forks > 0,
+                     f"{forks} prim::fork nodes" if isinstance(fn, torch.jit.ScriptFunction)
+                     else f"torch.jit.script returned a {type(fn).__name__}, not a "
+                          "ScriptFunction: TorchScript is off")
+
+
+def check_off_thread(ctx: Context, fn, args: tuple, op: str) -> None:
+    """Check that the forked tasks ran off the caller's thread (their `op` events, under the
+    profiler): asynchronous, as fork inside TorchScript is documented to be. Run once the
+    results are right, so that every task forked was waited for inside `fn`."""
+    caller, threads = scripted.threads_running(fn, args, op)
+    ctx.check("forked tasks ran off the caller's thread", bool(threads - {caller}),
+              f"{op} ran on threads {sorted(threads)}; the caller is thread {caller}")
+
+
 @suite.conformance(devices=("cpu",))
 def release_notes_example(ctx: Context) -> None:
     """The release notes' example (100 forks of neg on ones, summed) returns -100."""
     example = scripted.script(scripted.release_notes_example)
+    if not check_scripted(ctx, example):
+        return
     out = example(torch.ones([]))
-    ctx.check("returns -100", out.item() == -100, f"returned {out.item()}")
-    ctx.details["fork_nodes"] = len(example.graph.findAllNodes("prim::fork"))
+    if ctx.check("returns -100", out.item() == -100, f"returned {out.item()}"):
+        check_off_thread(ctx, example, (torch.ones([]),), "aten::neg")
 
 
 @suite.conformance(params={"quick": [{"tasks": 4}], "full": [{"tasks": 2}, {"tasks": 8}]},
                    devices=("cpu",))
 def scripted_equals_serial(ctx: Context) -> None:
-    """Forked results inside a scripted function equal the serial ones, bitwise."""
+    """Forked results inside a scripted function equal the serial ones, bitwise, and the
+    forked tasks ran off the caller's thread."""
     k = ctx.params["tasks"]
     xs, w = scripted.inputs(k, 64)
-    got = scripted.script(scripted.forked)(xs, w, 5)
+    forked = scripted.script(scripted.forked)
+    if not check_scripted(ctx, forked):
+        return
+    got = forked(xs, w, 5)
     want = scripted.script(scripted.serial)(xs, w, 5)
-    ctx.check("one result per task", len(got) == k, f"{len(got)} results for {k} tasks")
+    same = [ctx.check("one result per task", len(got) == k, f"{len(got)} results for {k} tasks")]
     for i, (g, s) in enumerate(zip(got, want, strict=False)):
-        ctx.check(f"task {i} equals serial", torch.equal(g, s),
-                  "" if torch.equal(g, s) else f"max abs diff {(g - s).abs().max().item():.3g}")
+        same.append(ctx.check(f"task {i} equals serial", torch.equal(g, s), "" if torch.equal(
+            g, s) else f"max abs diff {(g - s).abs().max().item():.3g}"))
+    if all(same):
+        check_off_thread(ctx, forked, (xs, w, 5), "aten::mm")
 
 
 @suite.conformance(devices=("cpu",))
@@ -108,7 +137,9 @@ def eager_fork_is_serial(ctx: Context) -> None:
     ctx.check("future complete when fork returns", fut.done())
     ctx.check("ran on the calling thread", ran_on == [caller],
               "ran on another thread" if ran_on and ran_on != [caller] else "")
-    ctx.check("wait returns the result", torch.equal(torch.jit.wait(fut), torch.ones(3)))
+    got = torch.jit.wait(fut)
+    ctx.check("wait returns the result",
+              isinstance(got, torch.Tensor) and torch.equal(got, torch.ones(3)), f"got {got!r}")
     ctx.note("eager-mode torch.jit.fork runs serially (documented): it is parallel only "
              "inside TorchScript")
 

@@ -40,6 +40,27 @@ def script(fn):
     return torch.jit.script(fn)
 
 
+def forks_in(fn) -> int:
+    """The `prim::fork` nodes of a scripted function's graph; 0 for a function that was not
+    scripted (fork then runs eagerly, on the caller's thread: no parallelism at all)."""
+    if not isinstance(fn, torch.jit.ScriptFunction):
+        return 0
+    return len(fn.graph.findAllNodes("prim::fork"))
+
+
+def threads_running(fn, args: tuple, op: str) -> tuple[int, set[int]]:
+    """Run `fn(*args)` under the profiler: the caller's thread, and the threads the forked
+    tasks' `op` (e.g. "aten::mm") ran on. Forked tasks run on the inter-op pool, so their
+    threads differ from the caller's; a fork that ran inline shows only the caller's."""
+    from torch.autograd.profiler import record_function
+
+    with torch.profiler.profile() as prof, record_function("caller"):
+        fn(*args)
+    events = prof.events()
+    caller = next(e.thread for e in events if e.name == "caller")
+    return caller, {e.thread for e in events if e.name == op}
+
+
 def inputs(tasks: int, size: int, seed: int = 0) -> tuple[list[torch.Tensor], torch.Tensor]:
     """One input per task (identical inputs would let the JIT merge the calls), and a weight
     scaled so that tanh stays out of saturation."""

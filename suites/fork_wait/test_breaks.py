@@ -72,3 +72,20 @@ def test_scaling_check_fails_when_fork_runs_serially():
     parallel = [c for c in entry.checks if c.name.startswith("parallel at")]
     assert parallel and not any(c.passed for c in parallel), entry.checks
     assert case.kind == "benchmark"
+
+
+# What turns each case's feature off (tests/planted/feature_off.py): TorchScript off, so that
+# fork runs inline and forked results equal serial ones trivially; for the eager case, a fork
+# that runs nothing. Each must then fail: never pass, never n/a.
+FEATURE_OFF = {
+    ("release_notes_example", "default"): ("torchscript", {}),
+    ("scripted_equals_serial", "tasks=4"): ("torchscript", {"tasks": 4}),
+    ("eager_fork_is_serial", "default"): ("eager_fork", {}),
+    ("clean_exit", "trials=2"): ("torchscript", {"trials": 2}),
+}
+
+
+@pytest.mark.parametrize(("name", "params_id"), list(FEATURE_OFF),
+                         ids=[f"{n}-{p}" for n, p in FEATURE_OFF])
+def test_each_case_fails_with_its_feature_off(feature_off, name, params_id):
+    feature_off.assert_fails(cases.suite, FEATURE_OFF, name, params_id)

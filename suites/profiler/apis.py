@@ -25,7 +25,7 @@ from torch.autograd import DeviceType
 from torch.autograd.profiler_util import EventList, FunctionEvent
 from torch.profiler import ProfilerActivity
 
-from harness.cases import has_api
+from harness.cases import FeatureAbsent, has_api
 
 API_NAMES = ("profiler", "autograd", "legacy")
 KINETO_APIS = ("profiler", "autograd")  # the ones that keep time-stamped memory records
@@ -80,13 +80,25 @@ def host_events(prof: Any) -> list[FunctionEvent]:
 
 
 def regions(prof: Any, names: set[str] | list[str]) -> dict[str, FunctionEvent]:
-    """The host-side `record_function` events with the given names, by name."""
+    """The host-side `record_function` events with the given names, by name. A region the
+    profiler did not record is the profiler's failure (FeatureAbsent): the checks that read
+    the regions would otherwise read nothing."""
     wanted = set(names)
     found = {e.name: e for e in host_events(prof) if e.name in wanted}
     missing = wanted - found.keys()
     if missing:
-        raise LookupError(f"profiler recorded no region {sorted(missing)[:3]}")
+        raise FeatureAbsent(api_of(prof), f"recorded {len(found)} of the {len(wanted)} "
+                            f"regions run; none of {sorted(missing)[:3]}")
     return found
+
+
+def api_of(prof: Any) -> str:
+    """The profiler's API as users spell it: torch.profiler.profile, ..."""
+    if isinstance(prof, torch.profiler.profile):
+        return "torch.profiler.profile"
+    if isinstance(prof, autograd_profiler.profile):
+        return "torch.autograd.profiler.profile"
+    return "torch.autograd.profiler_legacy.profile"
 
 
 def event_bytes(event: Any, device: str) -> int:

@@ -20,6 +20,9 @@ def main(device: str) -> None:
     with torch.autograd.profiler.profile(profile_memory=True) as prof:
         model(x).sum().backward()
     assert "aten::addmm" in prof.key_averages().table(sort_by="self_cpu_memory_usage")
+    # the program must exercise the memory profiler: with it off, a clean exit says nothing
+    addmm = next(row for row in prof.key_averages() if row.key == "aten::addmm")
+    assert addmm.cpu_memory_usage > 0, "the memory profiler recorded no bytes"
 
 
 if __name__ == "__main__":

@@ -159,3 +159,22 @@ def test_breaks_restore_torch() -> None:
             t = torch.empty(1000)
     assert [e.cpu_memory_usage for e in prof.function_events if e.name == "probe"] == [4000]
     del t
+
+
+# What turns each case's feature off (tests/planted/feature_off.py), with the parameters it is
+# run with: the memory profiler off for the byte checks, regions unrecorded for the timing.
+# Each must then fail: never pass on empty reports, never n/a.
+FEATURE_OFF = {
+    ("known_allocations", "default"): ("memory_profiler", {}),
+    ("resnet18_ops", "default"): ("memory_profiler", {}),
+    ("peak_memory", "default"): ("memory_profiler", {}),
+    ("timing_accuracy", "default"): ("record_function", {}),
+    ("clean_exit", "trials=2"): ("memory_profiler", {"trials": 2}),
+}
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize(("name", "params_id"), list(FEATURE_OFF),
+                         ids=[f"{n}-{p}" for n, p in FEATURE_OFF])
+def test_each_case_fails_with_its_feature_off(feature_off, name, params_id, device):
+    feature_off.assert_fails(cases.suite, FEATURE_OFF, name, params_id, device)

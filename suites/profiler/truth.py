@@ -13,6 +13,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -90,6 +91,16 @@ def busy_wait(seconds: float) -> float:
     while now < end:
         now = time.perf_counter_ns()
     return (now - start) / 1e9
+
+
+def clocksource() -> str | None:
+    """The kernel's clock source (tsc, kvm-clock, ...), which perf_counter reads; the
+    profiler's own clock is the TSC, converted by a rate measured over each session."""
+    try:
+        return Path("/sys/devices/system/clocksource/clocksource0/current_clocksource"
+                    ).read_text().strip()
+    except OSError:
+        return None
 
 
 class GpuSleep:

@@ -101,11 +101,25 @@ for _build, _params, _devices, _asv_name in [
 # --- conformance ------------------------------------------------------------------------------
 
 
+def check_crossed(ctx: Context, where: dict[str, Any]) -> bool:
+    """Check that a call to the callee ran in the callee's process (`workers.crossed`): with
+    RPC made a local call, every check of the values would pass without any RPC. Returns
+    whether it did; the case checks nothing else when it did not."""
+    callee, caller = where["callee"], where["caller"]
+    ok = callee["worker"] == where["to"] and callee["pid"] != caller["pid"]
+    return ctx.check(f"calls ran on {where['to']}, in another process", ok,
+                     f"ran on {callee['worker']} (pid {callee['pid']}); the caller is "
+                     f"{caller['worker']} (pid {caller['pid']})"
+                     + ("" if ok else ": the call never left the caller"))
+
+
 @suite.conformance(devices=DEVICES, needs=("distributed",))
 def roundtrip(ctx: Context) -> None:
     """Tensors of 11 dtypes and odd layouts round-trip bit for bit, through a Python function
     and a builtin op."""
-    (res, _) = _launch(ctx, workers.roundtrip, 2, (GroupSpec(device=ctx.device),))
+    ((where, res), _) = _launch(ctx, workers.roundtrip, 2, (GroupSpec(device=ctx.device),))
+    if not check_crossed(ctx, where):
+        return
     for r in res:
         ctx.check(f"{r['tensor']} via {r['via']}", not r["diff"], r["diff"])
 
@@ -119,7 +133,9 @@ KEEP_TYPE = ("ValueError", "TypeError")
 def remote_exception(ctx: Context) -> None:
     """A remote function's exception reaches the caller with its message, and with its type
     for ValueError and TypeError (other types: the type's name, in a RuntimeError)."""
-    (res, _) = _launch(ctx, workers.remote_exception, 2, (GroupSpec(),))
+    ((where, res), _) = _launch(ctx, workers.remote_exception, 2, (GroupSpec(),))
+    if not check_crossed(ctx, where):
+        return
     rows = []
     for r in res:
         where = f"{r['kind']} via {r['how']}"
@@ -212,6 +228,8 @@ def async_execution(ctx: Context) -> None:
     """@rpc.functions.async_execution: the release notes' example returns tensor([3., 3.]);
     chained, nested and fan-out forms work; a non-Future return raises the documented error."""
     (res, _, _) = _launch(ctx, workers.async_functions, 3, (GroupSpec(),))
+    if not check_crossed(ctx, res["crossed"]):
+        return
     one = torch.ones(2)
     expected = {
         "example rpc_sync": torch.tensor([3.0, 3.0]),
@@ -249,6 +267,8 @@ def async_batch_no_deadlock(ctx: Context) -> None:
     server with 2 RPC threads, without deadlock, and each gets the batch's new weights."""
     args = (GroupSpec(), BATCH_THREADS, BATCH_REQUESTS, paths.BATCH_NUMEL, BATCH_TIMEOUT_S)
     (res, _) = _launch(ctx, workers.batch_no_deadlock, 2, args)
+    if not check_crossed(ctx, res["crossed"]):
+        return
     errors = [o["error"] for o in res["outcomes"] if o["error"]]
     ctx.check(f"{BATCH_REQUESTS} concurrent requests served by {res['server_threads']} RPC "
               "threads", not errors,

@@ -17,8 +17,12 @@ def main() -> None:
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world)
     if rank == 0:
         out = rpc.rpc_sync(f"worker{world - 1}", torch.add, args=(torch.ones(2), 1))
-        assert out.tolist() == [2.0, 2.0], out
+        callee = rpc.rpc_sync(f"worker{world - 1}", os.getpid)
     rpc.shutdown()  # graceful: waits until every worker is done
+    if rank == 0:
+        assert out.tolist() == [2.0, 2.0], out
+        # the program must exercise RPC: a call that never left this process proves nothing
+        assert callee != os.getpid(), "rpc_sync ran in the caller's process"
 
 
 if __name__ == "__main__":

@@ -8,10 +8,12 @@ decorated with `@rpc.functions.async_execution` are in `remote_async.py` instead
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -23,6 +25,11 @@ from harness.running import launch
 def echo(x: torch.Tensor) -> torch.Tensor:
     """Returns its argument untouched: a round trip that is transport and nothing else."""
     return x
+
+
+def whereabouts() -> dict[str, Any]:
+    """The process and RPC worker a call ran in: the proof that it crossed to its callee."""
+    return {"pid": os.getpid(), "worker": rpc.get_worker_info().name}
 
 
 def sleep_then_return(seconds: float) -> float:

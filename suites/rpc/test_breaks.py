@@ -137,7 +137,9 @@ def _failed(entry: Result) -> set[str]:
         "handlers-block-threads"])
 def test_every_check_fails_under_its_break(case, breaks):
     entry = _broken(case, breaks)
-    assert entry.checks and _failed(entry) == {c.name for c in entry.checks}
+    # every check but the one that the calls crossed to the callee, which they still do
+    crossing = {c.name for c in entry.checks if c.name.startswith("calls ran on")}
+    assert entry.checks and _failed(entry) == {c.name for c in entry.checks} - crossing
 
 
 def test_timeout_checks_fail_when_timeouts_are_ignored():
@@ -160,3 +162,23 @@ def test_reaping_check_fails_when_the_launcher_does_not_reap(monkeypatch):
         launch.kill_leftovers(entry.details["pids"])
 
 
+
+
+# What turns each case's feature off (tests/planted/feature_off.py: rpc_sync, rpc_async and
+# remote run the function in the caller), with the parameters it is run with. Each must then
+# fail: never pass on values that never crossed a process, never n/a.
+FEATURE_OFF = {
+    ("roundtrip", "default"): ("rpc", {}),
+    ("remote_exception", "default"): ("rpc", {}),
+    ("rpc_timeout", "default"): ("rpc", {}),
+    ("worker_killed", "default"): ("rpc", {}),
+    ("async_execution", "default"): ("rpc", {}),
+    ("async_batch_no_deadlock", "default"): ("rpc", {}),
+    ("clean_exit", "trials=2"): ("rpc", {"trials": 2}),
+}
+
+
+@pytest.mark.parametrize(("name", "params_id"), list(FEATURE_OFF),
+                         ids=[f"{n}-{p}" for n, p in FEATURE_OFF])
+def test_each_case_fails_with_its_feature_off(feature_off, name, params_id):
+    feature_off.assert_fails(cases.suite, FEATURE_OFF, name, params_id)

@@ -155,12 +155,22 @@ def bitwise_diff(sent: torch.Tensor, got: object) -> str:
     return ""
 
 
-def roundtrip(rank: int, world: int, spec: GroupSpec) -> list[dict[str, str]] | None:
-    """Rank 0: send each tensor to the peer and back, through a Python function and a
-    builtin op; what differs, per tensor and path ('' when nothing)."""
+def crossed(to: str) -> dict[str, Any]:
+    """Where a call to `to` ran, and where its caller runs: a call that never left the caller
+    would pass every check of its values trivially."""
+    return {"to": to, "callee": rpc.rpc_sync(to, remote.whereabouts),
+            "caller": {"pid": os.getpid(), "worker": rpc.get_worker_info().name}}
+
+
+def roundtrip(rank: int, world: int, spec: GroupSpec
+              ) -> tuple[dict[str, Any], list[dict[str, str]]] | None:
+    """Rank 0: where calls to the peer run (`crossed`), then each tensor sent to the peer and
+    back, through a Python function and a builtin op: what differs, per tensor and path
+    ('' when nothing)."""
     with joined(rank, world, spec):
         if rank != 0:
             return None
+        where = crossed(PEER)
         out = []
         for label, t in roundtrip_tensors():
             x = t.to(spec.device)
@@ -170,7 +180,7 @@ def roundtrip(rank: int, world: int, spec: GroupSpec) -> list[dict[str, str]] | 
                 except Exception as e:  # a failed call is a failed round trip
                     diff = f"raised {type(e).__name__}: {str(e).splitlines()[0][:200]}"
                 out.append({"tensor": label, "via": via, "diff": diff})
-        return out
+        return where, out
 
 
 # --- conformance: failures ------------------------------------------------------------------
@@ -178,11 +188,14 @@ def roundtrip(rank: int, world: int, spec: GroupSpec) -> list[dict[str, str]] | 
 REMOTE_MESSAGE = "release-bench remote failure 42"
 
 
-def remote_exception(rank: int, world: int, spec: GroupSpec) -> list[dict[str, Any]] | None:
-    """Rank 0: a remote function raises; what the caller got, for sync and async calls."""
+def remote_exception(rank: int, world: int, spec: GroupSpec
+                     ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    """Rank 0: where calls to the peer run (`crossed`); then a remote function raises: what
+    the caller got, for sync and async calls."""
     with joined(rank, world, spec):
         if rank != 0:
             return None
+        where = crossed(PEER)
         out = []
         for kind, cls in remote.EXCEPTIONS.items():
             calls = {
@@ -198,7 +211,7 @@ def remote_exception(rank: int, world: int, spec: GroupSpec) -> list[dict[str, A
                     got.update(raised=f"{type(e).__module__}.{type(e).__qualname__}",
                                same_type=type(e) is cls, message=str(e))
                 out.append(got)
-        return out
+        return where, out
 
 
 def _timed_call(call: Callable[[], object]) -> dict[str, Any]:
@@ -264,9 +277,12 @@ ASYNC_WRONG_RETURN = "must return a torch.futures.Future"  # torch/csrc/distribu
 
 def _outcome(call: Callable[[], object]) -> dict[str, Any]:
     try:
-        return {"value": call(), "error": None}
+        value = call()
     except Exception as e:
         return {"value": None, "error": f"{type(e).__name__}: {str(e)[:400]}"}
+    if isinstance(value, torch._C.Future):  # an async function called as a plain one
+        return {"value": None, "error": "returned a torch.futures.Future, not its value"}
+    return {"value": value, "error": None}
 
 
 def async_functions(rank: int, world: int, spec: GroupSpec) -> dict[str, Any] | None:
@@ -281,6 +297,7 @@ def async_functions(rank: int, world: int, spec: GroupSpec) -> dict[str, Any] | 
         w1, w2 = worker_name(1), worker_name(2)
         example = (w2, one, 1, 1)
         return {
+            "crossed": crossed(w1),
             "example rpc_sync": _outcome(lambda: rpc.rpc_sync(w1, ra.async_add_chained,
                                                               args=example)),
             "example rpc_async": _outcome(lambda: rpc.rpc_async(w1, ra.async_add_chained,
@@ -329,6 +346,7 @@ def batch_no_deadlock(rank: int, world: int, spec: GroupSpec, server_threads: in
             return None
         from suites.rpc import remote_async  # after setup: see remote_async
 
+        where = crossed(PEER)
         threads = rpc.rpc_sync(PEER, remote.agent_info).get("agent.thread_pool_size")
         rpc.rpc_sync(PEER, remote.configure_batch, args=("conformance", requests, numel))
         t0 = time.perf_counter()
@@ -341,7 +359,7 @@ def batch_no_deadlock(rank: int, world: int, spec: GroupSpec, server_threads: in
         if not served:
             member.abandon()
         return {"outcomes": outcomes, "elapsed": elapsed, "server_threads": threads,
-                "expected": batch_expected(requests, numel)}
+                "expected": batch_expected(requests, numel), "crossed": where}
 
 
 # --- benchmark: batched update --------------------------------------------------------------

@@ -44,3 +44,4 @@ def test_nvml_checks_fail_when_the_energy_counter_is_broken(monkeypatch):
     entry = run("nvml_readings", "cuda")
     failed = {c.name for c in entry.checks if not c.passed}
     assert failed == {"energy counter advanced"}
+

@@ -25,7 +25,12 @@ every Python process of that environment, spawned workers included, then runs wi
 - remove=A+B: the torch APIs A and B (dotted names, e.g. torch.amp.GradScaler) are gone, as
   in a release that predates them (for the tests of `n/a` and of the release history);
 - agent_abort=1: the same abort at exit, always, in the node agents of runs across hosts
-  (harness.running.nodes) other than node 0's, as one did here once node 0's run had finished.
+  (harness.running.nodes) other than node 0's, as one did here once node 0's run had finished;
+- off=A+B: the release features A and B turned off with their API left in place, as a broken
+  build would have them (feature_off.py here: its FEATURES);
+- release=V: torch reports release V (`torch.__version__`), as an older release would, so
+  that the cases declared for later releases are `n/a` (with remove=, for the tests of the
+  release history).
 
 TorchScript code (fork/wait) calls its ops without Python, so it is not slowed: those
 metrics are the ones that must stay unflagged.
@@ -134,8 +139,21 @@ def _remove(dotted: str) -> None:
     delattr(importlib.import_module(parent), name)
 
 
+def _release(version: str) -> None:
+    import torch
+    import torch.version
+
+    torch.__version__ = torch.version.__version__ = torch.torch_version.TorchVersion(version)
+
+
 def _plant(spec: str) -> None:
     opts = dict(kv.split("=") for kv in spec.split(",") if kv)
+    if "release" in opts:
+        _release(opts["release"])
+    if "off" in opts:
+        import feature_off  # beside this file
+
+        feature_off.turn_off(opts["off"])
     for dotted in filter(None, opts.get("remove", "").split("+")):
         _remove(dotted)
     if "exit_abort" in opts:
