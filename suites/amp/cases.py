@@ -20,7 +20,6 @@ Benchmarks:
 from __future__ import annotations
 
 import importlib.util
-import math
 from collections import Counter
 from typing import Any
 
@@ -41,7 +40,7 @@ from harness.cases import (
 from harness.running import clean_exit as clean_exit_programs
 from harness.running import machine
 from harness.running.timing import Timing
-from suites.amp import gradscaler, memory, oplists, training
+from suites.amp import gpus, gradscaler, memory, oplists, training
 from suites.amp.training import AMP_MODES, MODELS, CudaSettings, restored_backend_flags
 
 suite = Suite(
@@ -65,17 +64,6 @@ PARITY_MIN_LEARNING = 0.8  # at least this fraction of the initial loss removed
 GEMM_DTYPES = {
     "cpu": ("float32", "bfloat16", "autocast-bfloat16"),
     "cuda": ("float32", "tf32", "float16", "bfloat16", "autocast-float16"),
-}
-# Dense peaks in TFLOP/s (SXM parts, without sparsity), drawn beside measured figures, from
-# NVIDIA's "H100 Tensor Core GPU" datasheet (H100 and H200 share the compute figures; the H200
-# datasheet repeats them) and NVIDIA's "A100 Tensor Core GPU" datasheet.
-DATASHEETS = {"H200": "NVIDIA H200 Tensor Core GPU datasheet (SXM, dense)",
-              "H100": "NVIDIA H100 Tensor Core GPU datasheet (SXM, dense)",
-              "A100": "NVIDIA A100 Tensor Core GPU datasheet (SXM, dense)"}
-DATASHEET_TFLOPS = {
-    "H200": {"float32": 67, "tf32": 495, "float16": 989, "bfloat16": 989},
-    "H100": {"float32": 67, "tf32": 495, "float16": 989, "bfloat16": 989},
-    "A100": {"float32": 19.5, "tf32": 156, "float16": 312, "bfloat16": 312},
 }
 LOW_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -148,10 +136,15 @@ def autocast_api(device: str, dtype: str) -> str:
 
 def require_bfloat16(device: str, dtype: str) -> None:
     """Skip bfloat16 on a GPU without it (before Ampere): the hardware lacks it, not torch."""
-    if (dtype == "bfloat16" and training.device_type(device) == "cuda"
-            and not torch.cuda.is_bf16_supported()):
-        raise Skip(f"{torch.cuda.get_device_name(device)} has no bfloat16 "
-                   "(torch.cuda.is_bf16_supported() is False)")
+    if dtype == "bfloat16" and training.device_type(device) == "cuda" and not gpu_has_bf16(device):
+        raise Skip(gpus.no_bfloat16_note(torch.cuda.get_device_name(device)))
+
+
+def gpu_has_bf16(device: str) -> bool:
+    """Whether the GPU computes in bfloat16, by its compute capability: since torch 2.3
+    torch.cuda.is_bf16_supported() also says True where bfloat16 is only emulated (a V100,
+    a T4), which this suite would time and check as if it were the hardware's."""
+    return gpus.has_bfloat16(torch.cuda.get_device_capability(device))
 
 
 @suite.conformance(params=[{"dtype": "bfloat16"}, {"dtype": "float16"}], since=[CPU_FLOAT16])
@@ -263,8 +256,8 @@ def precision_modes(ctx: Context) -> tuple[str, ...]:
     """fp32 and the device's AMP modes, without bf16 on a GPU that has no bfloat16 (noted)."""
     kind = training.device_type(ctx.device)
     modes = ("fp32", *AMP_MODES[kind])
-    if kind == "cuda" and not torch.cuda.is_bf16_supported():
-        ctx.note(f"bf16 left out: {torch.cuda.get_device_name(ctx.device)} has no bfloat16")
+    if kind == "cuda" and not gpu_has_bf16(ctx.device):
+        ctx.note(f"bf16 left out: {gpus.no_bfloat16_note(torch.cuda.get_device_name(ctx.device))}")
         return tuple(m for m in modes if m != "bf16")
     return modes
 
@@ -367,7 +360,8 @@ def train_step(ctx: Context) -> None:
     for m in modes[1:]:
         ctx.ratio("speedup", t["fp32"], t[m], labels={"mode": m}, headline=True)
         # one figure per run (peak bytes are deterministic to within allocator noise)
-        ctx.metric("memory_ratio", mem[m].peak / mem["fp32"].peak, "x", kind="ratio",
+        ctx.metric("memory_ratio", gpus.memory_ratio(mem[m].peak, mem["fp32"].peak), "x",
+                   kind="ratio",
                    better="lower", headline=True, labels={"mode": m})
     rows = [_mode_figures(ctx, m, batch, t[m], t["fp32"], mem[m], mem["fp32"]) for m in modes]
     ctx.table("train_step", rows, show=True)
@@ -392,10 +386,8 @@ def _mode_figures(ctx: Context, mode: str, batch: int, t: Timing, t_fp32: Timing
     ctx.metric("peak_bytes", mem.peak, "B", kind="bytes", better="lower", labels=labels)
     ctx.metric("transient_bytes", mem.transient, "B", kind="bytes", better="lower",
                labels=labels)
-    row = {"mode": mode, "step_ms": t.median * 1e3, "iqr_ms": t.iqr * 1e3,
-           "samples_per_s": batch / t.median, "speedup": t_fp32.median / t.median,
-           "peak_MiB": mem.peak / 2**20, "transient_MiB": mem.transient / 2**20,
-           "memory_ratio": mem.peak / mem_fp32.peak}
+    row = gpus.step_row(mode, batch, t.median, t.iqr, t_fp32.median, mem.peak, mem.transient,
+                        mem_fp32.peak)
     if training.device_type(ctx.device) == "cpu":
         row["cpu_bf16_units"] = _cpu_bf16_units()
     return row
@@ -412,10 +404,8 @@ def _cuda_step_notes(ctx: Context, settings: CudaSettings, batch: int,
     for m, before in scale_before.items():
         after = steps[m].scaler.get_scale()
         ctx.details[f"grad_scale[{m}]"] = {"before": before, "after": after}
-        if after < before:  # each halving is a step whose optimizer work was skipped
-            ctx.note(f"{m}: GradScaler's scale fell from {before:g} to {after:g} over "
-                     f"warm-up and timing: at least {round(math.log2(before / after))} "
-                     f"steps skipped optimizer.step()")
+        if note := gpus.scale_fall_note(m, before, after):
+            ctx.note(note)
 
 
 # `sizes`: the matrix sides n of the ladder
@@ -434,7 +424,10 @@ def gemm_ladder(ctx: Context) -> None:
     kind = training.device_type(ctx.device)
     dtypes = GEMM_DTYPES[kind]
     gpu = torch.cuda.get_device_name(ctx.device) if kind == "cuda" else ""
-    peaks = next((v for k, v in DATASHEET_TFLOPS.items() if k in gpu), {})
+    if kind == "cuda" and not gpu_has_bf16(ctx.device):
+        ctx.note(f"bfloat16 left out: {gpus.no_bfloat16_note(gpu)}")
+        dtypes = tuple(d for d in dtypes if not d.endswith("bfloat16"))
+    datasheet = gpus.datasheet_for(gpu) if kind == "cuda" else None
     sizes = ctx.settings["sizes"]
     measured = {}
     if not check_autocast_matmuls(ctx, dtypes):
@@ -444,37 +437,22 @@ def gemm_ladder(ctx: Context) -> None:
             fns = {d: matmul(ctx.device, n, d) for d in dtypes}
             measured[n] = ctx.measure_side_by_side(fns, name="time", label="dtype",
                                                    labels={"n": n}, rounds=3, warmup=2)
-    def tflops_of(n: int, seconds: float) -> float:
-        return 2 * n**3 / seconds / 1e12
-
-    # the best each precision reached in this run (at size top[d]): what the ladder climbs
-    # towards
-    top = {d: max(sizes, key=lambda n: tflops_of(n, measured[n][d].median)) for d in dtypes}
-    peak = {d: tflops_of(top[d], measured[top[d]][d].median) for d in dtypes}
-    rows = []
-    for n in sorted(sizes, reverse=True):  # the largest size first: the summary shows it
-        t = measured[n]
-        for d in dtypes:
-            sec = t[d].median
-            tflops = tflops_of(n, sec)
-            ctx.metric("tflops", tflops, "TFLOP/s", kind="throughput", better="higher",
-                       headline=n == max(sizes), labels={"dtype": d, "n": n},
-                       samples=[tflops_of(n, x) for x in t[d].times])
-            if d != "float32":
-                ctx.ratio("speedup", t["float32"], t[d], labels={"dtype": d, "n": n})
-            row = {"n": n, "dtype": d, "ms": sec * 1e3, "tflops": tflops,
-                   "vs_float32": t["float32"].median / sec,
-                   "of_measured_peak": tflops / peak[d]}
-            if peaks.get(d):
-                row["datasheet_tflops"] = peaks[d]
-                row["of_datasheet"] = tflops / peaks[d]
-            rows.append(row)
-    for d in dtypes:
+    medians = {n: {d: t.median for d, t in ts.items()} for n, ts in measured.items()}
+    rows = gpus.ladder_rows(medians, datasheet)
+    for row in rows:
+        n, d = row["n"], row["dtype"]
+        ctx.metric("tflops", row["tflops"], "TFLOP/s", kind="throughput", better="higher",
+                   headline=n == max(sizes), labels={"dtype": d, "n": n},
+                   samples=[gpus.tflops(n, x) for x in measured[n][d].times])
+        if d != "float32":
+            ctx.ratio("speedup", measured[n]["float32"], measured[n][d],
+                      labels={"dtype": d, "n": n})
+    for d, peak in gpus.ladder_peaks(medians).items():
         # the peak is the figure of one size: its samples are that size's, so that compare
         # and ab can judge it like the others rather than call it unverified
-        ctx.metric("measured_peak_tflops", peak[d], "TFLOP/s", kind="throughput",
+        ctx.metric("measured_peak_tflops", peak.tflops, "TFLOP/s", kind="throughput",
                    better="higher", labels={"dtype": d},
-                   samples=[tflops_of(top[d], x) for x in measured[top[d]][d].times])
+                   samples=[gpus.tflops(peak.n, x) for x in measured[peak.n][d].times])
     ctx.table("gemm", rows, show=True)
     if kind == "cpu":
         ctx.details.update(_cpu_details())
@@ -483,8 +461,12 @@ def gemm_ladder(ctx: Context) -> None:
         ctx.note(_cpu_flags_note(f"matmul {top}^3", ratio))
     else:
         ctx.details.update(gpu=gpu, baseline="float32 is strict FP32 (allow_tf32=False)")
-        if peaks:
-            ctx.note(f"dense peaks for {gpu} from the {DATASHEETS[gpu]}: {peaks}")
+        if datasheet is not None:
+            ctx.note(gpus.datasheet_note(gpu, datasheet))
+        else:
+            ctx.note(f"{gpu}: no datasheet entry (known: "
+                     f"{', '.join(d.family for d in gpus.DATASHEETS)}); figures are against "
+                     "this run's own peak only")
 
 
 def check_autocast_matmuls(ctx: Context, dtypes: tuple[str, ...]) -> bool:

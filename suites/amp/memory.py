@@ -85,6 +85,15 @@ def cpu_allocation_events(fn: Callable[[], object]) -> list[int]:
     return [size for _, size in allocations]
 
 
+def cuda_step_memory(resident: int, before: int, after: int, peak: int) -> StepMemory:
+    """A step's memory from the CUDA allocator's readings around it: memory_allocated before
+    and after, and max_memory_allocated after reset_peak_memory_stats before it."""
+    if not before <= peak >= after:
+        raise ValueError(f"max_memory_allocated {peak} B below memory_allocated "
+                         f"({before} B before, {after} B after the step)")
+    return StepMemory(resident, peak - before, after - before, 0)
+
+
 def step_memory(step, device: str) -> StepMemory:
     """Resident and transient bytes of one call of `step` (a `training.TrainStep`)."""
     step.optimizer.zero_grad(set_to_none=True)
@@ -97,7 +106,7 @@ def step_memory(step, device: str) -> StepMemory:
         torch.cuda.synchronize(device)
         after = torch.cuda.memory_allocated(device)
         peak = torch.cuda.max_memory_allocated(device)
-        return StepMemory(resident, peak - before, after - before, 0)
+        return cuda_step_memory(resident, before, after, peak)
     sizes = cpu_allocation_events(step)
     transient, net = allocation_walk(sizes)
     return StepMemory(resident, transient, net, len(sizes))

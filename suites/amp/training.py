@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from suites.amp import gradscaler
+from suites.amp import gpus, gradscaler
 
 # name -> (autocast dtype or None for fp32, whether the step uses a GradScaler)
 MODES: dict[str, tuple[torch.dtype | None, bool]] = {
@@ -97,7 +97,7 @@ class CudaSettings:
     def record(self) -> dict[str, Any]:
         return {"tf32": self.tf32, "cudnn_benchmark": self.cudnn_benchmark,
                 "channels_last": self.channels_last,
-                "baseline": "TF32" if self.tf32 else "strict FP32"}
+                "baseline": gpus.tf32_baseline(self.tf32)}
 
 
 @contextlib.contextmanager
