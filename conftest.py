@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -40,19 +41,12 @@ class FeatureOff:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         self.monkeypatch = monkeypatch
-        sys.path.insert(0, str(PLANTED))
-        try:
-            import feature_off as plants
-        finally:
-            sys.path.remove(str(PLANTED))
-        self.plants = plants
+        self.plants = _planted("feature_off")
 
     def __call__(self, names: str) -> None:
         """Turn off the features `names` ("autocast+rpc")."""
         self.plants.turn_off(names, self.monkeypatch.setattr)
-        self.monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-            filter(None, [str(PLANTED), os.environ.get("PYTHONPATH")])))
-        self.monkeypatch.setenv("RELEASE_BENCH_PLANT", f"off={names}")
+        _plant_in_workers(self.monkeypatch, f"off={names}")
 
     def assert_fails(self, suite, table: dict, name: str, params_id: str,
                      device: str = "cpu"):
@@ -74,3 +68,77 @@ class FeatureOff:
 def feature_off(monkeypatch) -> FeatureOff:
     """See FeatureOff."""
     return FeatureOff(monkeypatch)
+
+
+def _planted(module: str, folder: Path = PLANTED):
+    sys.path.insert(0, str(folder))
+    try:
+        return __import__(module)
+    finally:
+        sys.path.remove(str(folder))
+
+
+def _plant_in_workers(monkeypatch: pytest.MonkeyPatch, spec: str) -> None:
+    """The planted sitecustomize, with `spec` added to what is planted already, in every
+    process a test starts (through the environment)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        filter(None, [str(PLANTED), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("RELEASE_BENCH_PLANT", ",".join(
+        filter(None, [os.environ.get("RELEASE_BENCH_PLANT"), spec])))
+
+
+# Seconds of measurement per timed statement in a rehearsal: the timing code runs as on a
+# GPU, but what it times on the CPU says nothing of a GPU.
+REHEARSAL_RUN_TIME = 0.02
+
+
+class CudaRehearsal:
+    """A CUDA rehearsal on the CPU for one test (tests/planted/cuda_rehearsal.py): the GPU
+    `family` of its GPUS stands in for a GPU in this process and in every process the test
+    starts; NVML stands in through tests/fake_pynvml.py. `run` executes a case on "cuda"
+    with some of its settings made small enough for the CPU."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, family: str):
+        from harness import cases
+
+        self.monkeypatch = monkeypatch
+        plants = _planted("cuda_rehearsal")
+        fake = _planted("fake_pynvml", PLANTED.parent)
+        self.stand_in = plants.install(family, monkeypatch.setattr)
+        self.gpu = self.stand_in.gpu
+        self.nvml = fake.FakeNvml([fake.FakeGpu(name=self.gpu.name, uuid=f"GPU-{self.gpu.uuid}")])
+        monkeypatch.setitem(sys.modules, "pynvml", self.nvml)
+        monkeypatch.setitem(cases.MIN_RUN_TIME, "quick", REHEARSAL_RUN_TIME)
+        _plant_in_workers(monkeypatch, f"cuda={family}")
+
+    def small(self, suite, name: str, **settings) -> None:
+        """Case `name` of `suite` runs with `settings` in place of its declared ones."""
+        from harness.cases import Settings
+
+        case = suite.case(name)
+        declared = case.settings.by_profile
+        smaller = Settings({k: {**v, **{n: x for n, x in settings.items() if n in v}}
+                            for k, v in declared.items()})
+        self.monkeypatch.setattr(suite, "cases", [
+            dataclasses.replace(c, settings=smaller) if c is case else c for c in suite.cases])
+
+    def run(self, suite, name: str, params: dict | None = None, **settings):
+        from harness.running.runner import execute
+
+        if settings:
+            self.small(suite, name, **settings)
+        return execute(suite.case(name), "cuda", params or {}, "quick")
+
+
+@pytest.fixture
+def cuda_rehearsal(monkeypatch):
+    """`cuda_rehearsal("H200")`: see CudaRehearsal. The stand-ins leave after the test."""
+    made: list[CudaRehearsal] = []
+
+    def start(family: str) -> CudaRehearsal:
+        made.append(CudaRehearsal(monkeypatch, family))
+        return made[-1]
+
+    yield start
+    for r in made:
+        r.stand_in.close()

@@ -22,6 +22,7 @@ NVMLError_NoPermission = _error("NVMLError_NoPermission", "Insufficient Permissi
 NVMLError_NotSupported = _error("NVMLError_NotSupported", "Not Supported")
 NVMLError_GpuIsLost = _error("NVMLError_GpuIsLost", "GPU is lost")
 
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_FI_DEV_POWER_AVERAGE = 185
 NVML_FI_DEV_POWER_INSTANT = 186
 NVML_CLOCK_SM = 1

@@ -137,7 +137,7 @@ def autocast_api(device: str, dtype: str) -> str:
 def require_bfloat16(device: str, dtype: str) -> None:
     """Skip bfloat16 on a GPU without it (before Ampere): the hardware lacks it, not torch."""
     if dtype == "bfloat16" and training.device_type(device) == "cuda" and not gpu_has_bf16(device):
-        raise Skip(gpus.no_bfloat16_note(torch.cuda.get_device_name(device)))
+        raise Skip(no_bf16_note(device))
 
 
 def gpu_has_bf16(device: str) -> bool:
@@ -145,6 +145,11 @@ def gpu_has_bf16(device: str) -> bool:
     torch.cuda.is_bf16_supported() also says True where bfloat16 is only emulated (a V100,
     a T4), which this suite would time and check as if it were the hardware's."""
     return gpus.has_bfloat16(torch.cuda.get_device_capability(device))
+
+
+def no_bf16_note(device: str) -> str:
+    return gpus.no_bfloat16_note(torch.cuda.get_device_name(device),
+                                 torch.cuda.get_device_capability(device))
 
 
 @suite.conformance(params=[{"dtype": "bfloat16"}, {"dtype": "float16"}], since=[CPU_FLOAT16])
@@ -257,7 +262,7 @@ def precision_modes(ctx: Context) -> tuple[str, ...]:
     kind = training.device_type(ctx.device)
     modes = ("fp32", *AMP_MODES[kind])
     if kind == "cuda" and not gpu_has_bf16(ctx.device):
-        ctx.note(f"bf16 left out: {gpus.no_bfloat16_note(torch.cuda.get_device_name(ctx.device))}")
+        ctx.note(f"bf16 left out: {no_bf16_note(ctx.device)}")
         return tuple(m for m in modes if m != "bf16")
     return modes
 
@@ -425,7 +430,7 @@ def gemm_ladder(ctx: Context) -> None:
     dtypes = GEMM_DTYPES[kind]
     gpu = torch.cuda.get_device_name(ctx.device) if kind == "cuda" else ""
     if kind == "cuda" and not gpu_has_bf16(ctx.device):
-        ctx.note(f"bfloat16 left out: {gpus.no_bfloat16_note(gpu)}")
+        ctx.note(f"bfloat16 left out: {no_bf16_note(ctx.device)}")
         dtypes = tuple(d for d in dtypes if not d.endswith("bfloat16"))
     datasheet = gpus.datasheet_for(gpu) if kind == "cuda" else None
     sizes = ctx.settings["sizes"]

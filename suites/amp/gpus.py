@@ -57,8 +57,9 @@ def has_bfloat16(capability: tuple[int, int]) -> bool:
     return tuple(capability) >= BF16_CAPABILITY
 
 
-def no_bfloat16_note(device_name: str) -> str:
-    return f"{device_name} has no bfloat16 (torch.cuda.is_bf16_supported() is False)"
+def no_bfloat16_note(device_name: str, capability: tuple[int, int]) -> str:
+    return (f"{device_name} has no bfloat16 (compute capability {capability[0]}.{capability[1]};"
+            f" bfloat16 from {BF16_CAPABILITY[0]}.{BF16_CAPABILITY[1]})")
 
 
 # ---- the GEMM ladder ------------------------------------------------------------------------

@@ -40,6 +40,11 @@ def test_bfloat16_from_the_compute_capability(capability, bf16):
     assert gpus.has_bfloat16(capability) is bf16
 
 
+def test_no_bfloat16_note_names_the_capability():
+    assert gpus.no_bfloat16_note("Tesla V100-SXM2-16GB", (7, 0)) == (
+        "Tesla V100-SXM2-16GB has no bfloat16 (compute capability 7.0; bfloat16 from 8.0)")
+
+
 def test_tflops_of_the_h200_bf16_matmul():
     # an 8192^3 bf16 matmul in 1.40 ms: 785 TFLOP/s, 79% of the 989 datasheet peak
     assert gpus.matmul_flops(8192) == 1_099_511_627_776

@@ -101,14 +101,15 @@ def host_readings(ctx: Context) -> None:
     del hold
 
 
-@suite.conformance(devices=("cuda",))
+# `side`: the matrices of the matmul chain that keeps the GPU busy while NVML is read
+@suite.conformance(devices=("cuda",), settings={"quick": {"side": 4096}, "full": {"side": 4096}})
 def nvml_readings(ctx: Context) -> None:
     """NVML reads power, energy, clocks, temperature and memory of the GPU under load."""
     tel = Telemetry(interval_s=0.05)
     nvml = tel.info["nvml"]
     if not ctx.check("NVML available", nvml["available"], nvml.get("reason", "")):
         return
-    fn = busy_matmul("cuda")
+    fn = busy_matmul("cuda", size=ctx.settings["side"])
     with tel.sampler() as s:
         t0 = time.monotonic()
         while time.monotonic() - t0 < 1.5:  # the energy counter updates every ~100 ms

@@ -28,6 +28,8 @@ every Python process of that environment, spawned workers included, then runs wi
   (harness.running.nodes) other than node 0's, as one did here once node 0's run had finished;
 - off=A+B: the release features A and B turned off with their API left in place, as a broken
   build would have them (feature_off.py here: its FEATURES);
+- cuda=FAMILY: a CUDA rehearsal on the CPU, on a GPU of cuda_rehearsal.py's GPUS ("H200"),
+  for the worker processes of the rehearsal's tests;
 - release=V: torch reports release V (`torch.__version__`), as an older release would, so
   that the cases declared for later releases are `n/a` (with remove=, for the tests of the
   release history).
@@ -150,6 +152,10 @@ def _plant(spec: str) -> None:
     opts = dict(kv.split("=") for kv in spec.split(",") if kv)
     if "release" in opts:
         _release(opts["release"])
+    if "cuda" in opts:  # before "off": a feature turned off on the rehearsed GPU
+        import cuda_rehearsal  # beside this file
+
+        cuda_rehearsal.install(opts["cuda"])
     if "off" in opts:
         import feature_off  # beside this file
 

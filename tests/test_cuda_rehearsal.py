@@ -1,0 +1,168 @@
+"""The CUDA rehearsal: every CUDA case of the suites runs its own code on this CPU, on each GPU
+family the suites know (H200, H100, A100), one without a datasheet entry (L4) and one
+without bfloat16 (V100), with the GPU's answers given by stand-ins (the `cuda_rehearsal`
+fixture, tests/planted/cuda_rehearsal.py). What a first GPU run would trip over in the
+bookkeeping around the device work trips here. Each CUDA conformance check's break test runs
+here too, and shows the check failing on the rehearsed GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from suites.amp import cases as amp
+from suites.amp import gpus, training
+from suites.amp import test_breaks as amp_breaks
+from suites.telemetry import cases as telemetry
+from suites.telemetry import test_breaks as telemetry_breaks
+
+pytestmark = pytest.mark.rehearsal
+
+WITH_DATASHEET = ("H200", "H100", "A100")
+FAMILIES = (*WITH_DATASHEET, "L4", "V100")
+# the smallest work that runs every line: one matmul side, a step of two short sequences
+GEMM = {"sizes": (64,)}
+STEP = {"model": "encoder", "batch": 2, "side": 16}
+
+
+def failed(entry) -> set[str]:
+    return {c.name for c in entry.checks if not c.passed}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_gemm_ladder(cuda_rehearsal, family):
+    """The ladder measures, then finds the datasheet by the device name (a KeyError here once,
+    after measuring, on every H100, H200 and A100)."""
+    r = cuda_rehearsal(family)
+    entry = r.run(amp.suite, "gemm_ladder", **GEMM)
+    assert entry.outcome == "pass", entry.reason
+    rows = entry.tables["gemm"]
+    dtypes = {row["dtype"] for row in rows}
+    if family == "V100":
+        assert dtypes == {"float32", "tf32", "float16", "autocast-float16"}
+        assert any("has no bfloat16 (compute capability 7.0" in n for n in entry.notes)
+    else:
+        assert dtypes == set(amp.GEMM_DTYPES["cuda"])
+    sheet = gpus.datasheet_for(r.gpu.name)
+    assert (sheet is not None) == (family in WITH_DATASHEET)
+    for row in rows:  # datasheet columns exactly where the datasheet has the precision
+        peak = sheet.tflops.get(row["dtype"]) if sheet else None
+        assert row.get("datasheet_tflops") == peak
+        if peak:
+            assert row["of_datasheet"] == pytest.approx(row["tflops"] / peak)
+    assert entry.details["gpu"] == r.gpu.name
+    assert any(("dense peaks for " + r.gpu.name) in n for n in entry.notes) == bool(sheet)
+    assert r.stand_in.synchronized > 0  # the timer's clock waited for the device
+
+
+def test_amp_training_cases_on_the_h200(cuda_rehearsal):
+    r = cuda_rehearsal("H200")
+    # accuracy_parity runs on the V100 and, broken, on the H200 below
+    for name, params in (("grad_scaler", {}), ("train_step", STEP)):
+        entry = r.run(amp.suite, name, params)
+        assert entry.outcome == "pass", (name, entry.reason)
+    # train_step: both CUDA modes against strict FP32, memory from the allocator's readings
+    modes = {m.labels["mode"] for m in entry.metrics if m.name == "speedup"}
+    assert modes == {"fp16", "bf16"}
+    assert entry.details["cuda_settings"]["baseline"] == "strict FP32"
+    assert entry.details["memory_method"].startswith("CUDA: max_memory_allocated")
+    for mode, mem in entry.details["memory"].items():
+        assert mem["transient"] >= mem["net"] > 0, mode
+    assert "grad_scale[fp16]" in entry.details
+
+
+def test_step_memory_counts_the_new_gradients_in_blocks(cuda_rehearsal):
+    """The CUDA branch of the step memory: the gradients a step leaves behind, each in the
+    allocator's 512 B blocks (what test_measurement checks on a GPU)."""
+    from suites.amp import memory
+
+    r = cuda_rehearsal("H200")
+    step = training.TrainStep("encoder", "cuda", "fp16", batch=2, side=16)
+    step()
+    m = memory.step_memory(step, "cuda")
+    params = list(step.model.parameters())
+    grads = sum(p.numel() * p.element_size() for p in params)
+    assert grads <= m.net <= grads + 512 * len(params)
+    r.stand_in.allocator.reported = 1.25  # an allocator that reports wrong bytes
+    step.optimizer.zero_grad(set_to_none=True)
+    wrong = memory.step_memory(step, "cuda")
+    assert not grads <= wrong.net <= grads + 512 * len(params)
+
+
+def test_a_gpu_without_bfloat16(cuda_rehearsal):
+    r = cuda_rehearsal("V100")
+    entry = r.run(amp.suite, "accuracy_parity")
+    assert entry.outcome == "pass", entry.reason
+    assert {row["mode"] for row in entry.tables["parity"]} == {"fp32", "fp16"}
+    skipped = r.run(amp.suite, "autocast_op_lists", {"dtype": "bfloat16"})
+    assert skipped.outcome == "skip"
+    assert "Tesla V100-SXM2-16GB has no bfloat16" in skipped.reason
+
+
+@pytest.mark.distributed
+def test_autocast_op_lists_read_the_cuda_lists_in_a_worker(cuda_rehearsal):
+    """PyTorch's CUDA expectation lists (AutocastTestLists), run entry by entry in the worker
+    the case launches, on the rehearsed GPU. CPU autocast casts other ops than CUDA's, so
+    entries fail here; what is rehearsed is that every entry is read, run and reported."""
+    r = cuda_rehearsal("H200")
+    entry = r.run(amp.suite, "autocast_op_lists", {"dtype": "float16"})
+    assert entry.outcome in ("pass", "fail"), entry.reason
+    assert entry.details["lists"] == "AutocastTestLists"
+    total = entry.tables["per_list"][-1]
+    assert total["list"] == "all" and total["entries"] == 121
+    assert total["checked"] == len(entry.checks) > 100
+    # the matmul family is cast to float16 by CPU autocast as by CUDA's
+    assert "torch_fp16/mm" not in failed(entry)
+
+
+def test_nvml_readings(cuda_rehearsal):
+    r = cuda_rehearsal("H200")
+    entry = r.run(telemetry.suite, "nvml_readings", side=64)
+    assert entry.outcome == "pass", entry.reason
+    (gpu,) = entry.tables["gpu_summary"]
+    assert gpu["energy_method"] == "energy counter" and gpu["power_w_mean"] == 300
+
+
+# ---- each CUDA conformance check fails with its feature broken --------------------------
+
+SMALL = {"gemm_ladder": GEMM, "nvml_readings": {"side": 64}}
+
+
+@pytest.mark.parametrize(("suite", "table", "name", "params_id"), [
+    *[(amp.suite, amp_breaks.FEATURE_OFF, n, p) for n, p in amp_breaks.FEATURE_OFF
+      if n != "clean_exit"],
+    *[(telemetry.suite, telemetry_breaks.FEATURE_OFF, n, p)
+      for n, p in telemetry_breaks.FEATURE_OFF if n == "nvml_readings"],
+], ids=[f"{n}-{p}" for n, p in (*[k for k in amp_breaks.FEATURE_OFF if k[0] != "clean_exit"],
+                                 ("nvml_readings", "default"))])
+def test_each_cuda_case_fails_with_its_feature_off(cuda_rehearsal, feature_off, suite, table,
+                                                   name, params_id):
+    r = cuda_rehearsal("H200")
+    if name in SMALL:
+        r.small(suite, name, **SMALL[name])
+    plant, params = table[name, params_id]
+    if name == "train_step":
+        table = {**table, (name, params_id): (plant, {**params, **STEP})}
+    entry = feature_off.assert_fails(suite, table, name, params_id, "cuda")
+    if plant == "autocast":
+        assert "autocast did not engage" in entry.reason, entry.reason
+
+
+@pytest.mark.parametrize("name", list(amp_breaks.SCALER_BREAKS))
+def test_grad_scaler_check_fails_when_broken(cuda_rehearsal, monkeypatch, name):
+    cuda_rehearsal("H200")
+    patches, expected = amp_breaks.SCALER_BREAKS[name]
+    assert amp_breaks.run("grad_scaler", "cuda").outcome == "pass"
+    for (owner, attr), value in patches.items():
+        monkeypatch.setattr(owner, attr, value)
+    entry = amp_breaks.run("grad_scaler", "cuda")
+    assert entry.outcome == "fail", entry.reason
+    assert failed(entry) == expected
+
+
+def test_parity_check_fails_when_autocast_precision_is_too_low(cuda_rehearsal, monkeypatch):
+    import torch.nn.functional as F
+
+    cuda_rehearsal("H200")
+    monkeypatch.setattr(F, "linear", amp_breaks._float8_linear(F.linear))
+    bad = failed(amp_breaks.run("accuracy_parity", "cuda"))
+    assert bad == {f"{m} ends within 5% of the fp32 loss" for m in amp.AMP_MODES["cuda"]}
