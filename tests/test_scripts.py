@@ -13,23 +13,40 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_gpu_check_dry_run_selects_gpu_tests_and_cuda_cases(tmp_path):
+    """The dry run, as on the GPU image (nothing importable that the image lacks and no wheel
+    brings): every gpu test but the pytest views of the suites' cases, and every CUDA case of
+    every suite, each suite in a step of its own."""
+    from harness import registry
+
     out = subprocess.run([ROOT / "scripts/gpu-check.sh", str(tmp_path), "--dry-run"],
                          capture_output=True, text=True, timeout=600,
                          env={**os.environ, "PYTHON": sys.executable})
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     log = (tmp_path / "dry-run.log").read_text()
-    # pytest collected the gpu-marked tests (CUDA variants of suite cases among them), and
-    # none of the CPU ones
     assert "tests/test_timing.py::test_cuda_timing_waits_for_the_kernel" in log
-    assert "test_conformance[nvml_readings-cuda-default]" in log
+    assert ("suites/telemetry/test_telemetry_suite.py::"
+            "test_nvml_checks_fail_when_the_energy_counter_is_broken") in log
+    assert "suites/amp/test_amp.py::test_workload[" in log  # the adapter's CUDA path
+    assert "::test_conformance[" not in log  # the run executes the cases themselves
     assert "test_measure_reports_statistics_of_a_known_duration" not in log
     assert "-cpu-" not in log
-    # the CUDA cases of every suite that has them, and only CUDA cases
-    planned = [ln for ln in log.splitlines() if ln.startswith("would run ")]
-    assert planned and all("[cuda " in ln for ln in planned)
-    assert "would run telemetry/nvml_readings[cuda default]" in log
-    suites = {ln.split()[2].split("/")[0] for ln in planned}
-    assert {"telemetry"} < suites
+    planned = {ln.split()[2] for ln in log.splitlines() if ln.startswith("would run ")}
+    cuda_cases = {f"{s.name}/{c.name}" for s in registry.all_suites() for c in s.cases
+                  if "cuda" in c.devices}
+    assert {p.split("[")[0] for p in planned} == cuda_cases
+    assert "telemetry/nvml_readings[cuda" in " ".join(planned)
+
+
+def test_gpu_check_fits_its_lease():
+    """Its steps' limits add up to 7.5 minutes at most: with the summaries, the check ends
+    within 8, so that a 15-minute lease with a cold start leaves time for one rerun."""
+    import re
+
+    text = (ROOT / "scripts/gpu-check.sh").read_text()
+    limits = [int(v) for v in re.findall(r"^LIMIT_\w+=(\d+)$", text, re.M)]
+    (suites,) = re.findall(r'^SUITE_LIMITS="([^"]+)"$', text, re.M)
+    limits += [int(entry.split(":")[1]) for entry in suites.split()]
+    assert len(limits) == 8 and sum(limits) <= 450, limits
 
 
 def test_gpu_check_refuses_to_run_without_cuda(tmp_path):

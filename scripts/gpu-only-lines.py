@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""The lines of harness/ and suites/ that no test executes, and which of them only a GPU can.
+
+Runs coverage.py over a pytest selection (default: the CI suite, plain `pytest`; pass a
+narrower one after `--`), worker processes included, then prints every statement of
+harness/ and suites/ (tests excluded: their `test_*.py`) that did not run, in two lists:
+
+- marked: lines whose source carries `# gpu-only: <why>`, a device call only a GPU answers
+  (a kernel's launch, device synchronisation, an allocator or NVML read on the device);
+- unmarked: everything else, which CI should execute (the CUDA rehearsal, a unit test).
+
+A marked line that did run is listed too: its mark is wrong. Exit status 0; 2 on bad input.
+
+    scripts/gpu-only-lines.py                       # the CI suite (long: tens of minutes)
+    scripts/gpu-only-lines.py -- tests/test_cuda_rehearsal.py -m "not slow"
+    scripts/gpu-only-lines.py --only suites/amp -- tests/test_cuda_rehearsal.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PRAGMA = re.compile(r"#\s*gpu-only:\s*\S")
+PACKAGES = ("harness", "suites")
+
+
+def is_listed(path: Path) -> bool:
+    """Library and suite code: not the tests kept beside the suites."""
+    return not path.name.startswith("test_") and path.name != "conftest.py"
+
+
+def run_coverage(pytest_args: list[str], data: Path) -> int:
+    rc = data.parent / "coveragerc"
+    rc.write_text(f"[run]\nsource = {', '.join(PACKAGES)}\nparallel = true\n"
+                  f"patch = subprocess\ndata_file = {data}\n")
+    env = {**os.environ, "COVERAGE_RCFILE": str(rc)}
+    status = subprocess.call([sys.executable, "-m", "coverage", "run", "-m", "pytest",
+                              "-p", "no:cacheprovider", *pytest_args], cwd=ROOT, env=env)
+    subprocess.check_call([sys.executable, "-m", "coverage", "combine", "-q"], cwd=ROOT,
+                          env=env)
+    return status
+
+
+def unexecuted(data: Path, only: list[str]) -> dict[str, list[tuple[int, str, bool]]]:
+    """Per file, its statements that did not run: (line, source, marked gpu-only); and a
+    marked line that ran, as (line, source, None)."""
+    import coverage
+
+    cov = coverage.Coverage(data_file=str(data))
+    cov.load()
+    out = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if not is_listed(path) or (only and not rel.startswith(tuple(only))):
+                continue
+            _, statements, _, missing, _ = cov.analysis2(str(path))
+            source = path.read_text().splitlines()
+            missed = set(missing)
+            rows = [(n, source[n - 1].strip(), bool(PRAGMA.search(source[n - 1])))
+                    for n in sorted(missed)]
+            rows += [(n, source[n - 1].strip(), None) for n in statements
+                     if n not in missed and PRAGMA.search(source[n - 1])]
+            if rows:
+                out[rel] = rows
+    return out
+
+
+def report(rows: dict[str, list[tuple[int, str, bool | None]]]) -> dict[str, int]:
+    counts = {}
+    for key, title, want in (
+            ("gpu_only", "only a GPU executes (marked gpu-only)", True),
+            ("unmarked", "no test executed, not marked: CI should run these", False),
+            ("wrongly_marked", "marked gpu-only, yet executed: wrong marks", None)):
+        print(f"== {title}")
+        n = 0
+        for rel, lines in rows.items():
+            for line, text, marked in lines:
+                if marked is want:
+                    print(f"{rel}:{line}: {text}")
+                    n += 1
+        counts[key] = n
+        print(f"-- {n} lines\n")
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", nargs="*", default=[], metavar="PATH",
+                   help="list only files under these paths (e.g. suites/amp)")
+    p.add_argument("--data", help="coverage data file to read instead of running pytest")
+    p.add_argument("--json", help="write the counts to this file")
+    p.add_argument("pytest_args", nargs="*", help="after --: the pytest selection")
+    args = p.parse_args(argv)
+    for path in args.only:
+        if not (ROOT / path).exists():
+            print(f"gpu-only-lines: no such path {path!r}", file=sys.stderr)
+            return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.data:
+            data = Path(args.data)
+            if not data.exists():
+                print(f"gpu-only-lines: no coverage data at {data}", file=sys.stderr)
+                return 2
+        else:
+            data = Path(tmp) / ".coverage"
+            status = run_coverage(args.pytest_args, data)
+            print(f"== pytest {' '.join(args.pytest_args)} exited {status}\n")
+        counts = report(unexecuted(data, args.only))
+    print(json.dumps(counts))
+    if args.json:
+        tmp_json = Path(args.json).with_suffix(".tmp")
+        tmp_json.write_text(json.dumps(counts, indent=1) + "\n")
+        tmp_json.replace(args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
