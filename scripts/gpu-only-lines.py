@@ -37,10 +37,12 @@ def is_listed(path: Path) -> bool:
     return not path.name.startswith("test_") and path.name != "conftest.py"
 
 
-def run_coverage(pytest_args: list[str], data: Path) -> int:
-    rc = data.parent / "coveragerc"
+def run_coverage(pytest_args: list[str], data: Path, tmp: Path) -> int:
+    rc = tmp / "coveragerc"
     rc.write_text(f"[run]\nsource = {', '.join(PACKAGES)}\nparallel = true\n"
-                  f"patch = subprocess\ndata_file = {data}\n")
+                  # workers: launch's spawned processes, and programs run as subprocesses
+                  f"concurrency = multiprocessing, thread\npatch = subprocess\n"
+                  f"data_file = {data}\n")
     env = {**os.environ, "COVERAGE_RCFILE": str(rc)}
     status = subprocess.call([sys.executable, "-m", "coverage", "run", "-m", "pytest",
                               "-p", "no:cacheprovider", *pytest_args], cwd=ROOT, env=env)
@@ -96,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", nargs="*", default=[], metavar="PATH",
                    help="list only files under these paths (e.g. suites/amp)")
-    p.add_argument("--data", help="coverage data file to read instead of running pytest")
+    p.add_argument("--data", help="where the coverage data goes (default: a temporary file)")
+    p.add_argument("--reuse", action="store_true",
+                   help="read the data of an earlier run (--data) instead of running pytest")
     p.add_argument("--json", help="write the counts to this file")
     p.add_argument("pytest_args", nargs="*", help="after --: the pytest selection")
     args = p.parse_args(argv)
@@ -105,14 +109,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpu-only-lines: no such path {path!r}", file=sys.stderr)
             return 2
     with tempfile.TemporaryDirectory() as tmp:
-        if args.data:
-            data = Path(args.data)
+        data = Path(args.data).resolve() if args.data else Path(tmp) / ".coverage"
+        if args.reuse:
             if not data.exists():
                 print(f"gpu-only-lines: no coverage data at {data}", file=sys.stderr)
                 return 2
         else:
-            data = Path(tmp) / ".coverage"
-            status = run_coverage(args.pytest_args, data)
+            status = run_coverage(args.pytest_args, data, Path(tmp))
             print(f"== pytest {' '.join(args.pytest_args)} exited {status}\n")
         counts = report(unexecuted(data, args.only))
     print(json.dumps(counts))

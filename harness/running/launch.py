@@ -192,8 +192,19 @@ def _worker_main(
         code = 1
     sys.stdout.flush()
     sys.stderr.flush()
+    _save_coverage()
     # Skip interpreter teardown: RPC/Gloo threads left behind by a failure can block it.
     os._exit(code)
+
+
+def _save_coverage() -> None:
+    """Save what coverage.py measured in this worker (scripts/gpu-only-lines.py), which
+    os._exit would otherwise lose; nothing when coverage is not measuring."""
+    coverage = sys.modules.get("coverage")
+    current = coverage.Coverage.current() if coverage is not None else None
+    if current is not None:
+        current.stop()
+        current.save()
 
 
 def _log_tail(workdir: Path, rank: int) -> str:
