@@ -114,6 +114,23 @@ def test_autocast_op_lists_read_the_cuda_lists_in_a_worker(cuda_rehearsal):
     assert "torch_fp16/mm" not in failed(entry)
 
 
+def test_the_fingerprint_names_the_rehearsed_gpu(cuda_rehearsal):
+    from harness.running import machine
+
+    r = cuda_rehearsal("A100")
+    assert machine.machine_name() == "nvidia-a100-sxm4-80gb-x1"
+    assert machine._gpus() == [{"index": 0, "name": r.gpu.name, "capability": "8.0",
+                                "memory_bytes": r.gpu.memory_bytes, "multiprocessors": 108}]
+
+
+@pytest.mark.distributed
+def test_amp_clean_exit_in_fresh_processes(cuda_rehearsal):
+    """The minimal program on "cuda", in fresh processes that rehearse the GPU themselves."""
+    r = cuda_rehearsal("H200")
+    entry = r.run(amp.suite, "clean_exit", {"trials": 2})
+    assert entry.outcome == "pass", entry.reason
+
+
 def test_nvml_readings(cuda_rehearsal):
     r = cuda_rehearsal("H200")
     entry = r.run(telemetry.suite, "nvml_readings", side=64)
@@ -128,12 +145,10 @@ SMALL = {"gemm_ladder": GEMM, "nvml_readings": {"side": 64}}
 
 
 @pytest.mark.parametrize(("suite", "table", "name", "params_id"), [
-    *[(amp.suite, amp_breaks.FEATURE_OFF, n, p) for n, p in amp_breaks.FEATURE_OFF
-      if n != "clean_exit"],
+    *[(amp.suite, amp_breaks.FEATURE_OFF, n, p) for n, p in amp_breaks.FEATURE_OFF],
     *[(telemetry.suite, telemetry_breaks.FEATURE_OFF, n, p)
       for n, p in telemetry_breaks.FEATURE_OFF if n == "nvml_readings"],
-], ids=[f"{n}-{p}" for n, p in (*[k for k in amp_breaks.FEATURE_OFF if k[0] != "clean_exit"],
-                                 ("nvml_readings", "default"))])
+], ids=[f"{n}-{p}" for n, p in (*amp_breaks.FEATURE_OFF, ("nvml_readings", "default"))])
 def test_each_cuda_case_fails_with_its_feature_off(cuda_rehearsal, feature_off, suite, table,
                                                    name, params_id):
     r = cuda_rehearsal("H200")
