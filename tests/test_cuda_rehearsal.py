@@ -70,6 +70,21 @@ def test_amp_training_cases_on_the_h200(cuda_rehearsal):
     assert "grad_scale[fp16]" in entry.details
 
 
+def test_amp_workloads(cuda_rehearsal):
+    """The statements pytest-benchmark and asv time on CUDA."""
+    import torch
+
+    cuda_rehearsal("H200")
+    step = amp.training_step("cuda", "encoder", "fp16", batch=2, side=16)
+    step()
+    assert step.scaler is not None and step.settings.record()["baseline"] == "strict FP32"
+    computes_in = {"float32": torch.float32, "tf32": torch.float32, "float16": torch.float16,
+                   "bfloat16": torch.bfloat16, "autocast-float16": torch.float16}
+    with training.restored_backend_flags():
+        for dtype in amp.GEMM_DTYPES["cuda"]:
+            assert amp.matmul("cuda", 64, dtype)().dtype == computes_in[dtype], dtype
+
+
 def test_step_memory_counts_the_new_gradients_in_blocks(cuda_rehearsal):
     """The CUDA branch of the step memory: the gradients a step leaves behind, each in the
     allocator's 512 B blocks (what test_measurement checks on a GPU)."""
