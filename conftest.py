@@ -154,6 +154,9 @@ def cuda_rehearsal(monkeypatch):
         made.append(CudaRehearsal(monkeypatch, family))
         return made[-1]
 
+    # the fingerprint is computed once per process: not of a rehearsed GPU for other tests
+    machine.fingerprint.cache_clear()
     yield start
     for r in made:
         r.stand_in.close()
+    machine.fingerprint.cache_clear()
