@@ -154,6 +154,15 @@ def test_nvml_readings(cuda_rehearsal):
     assert gpu["energy_method"] == "energy counter" and gpu["power_w_mean"] == 300
 
 
+def test_sampling_overhead(cuda_rehearsal):
+    r = cuda_rehearsal("H200")
+    entry = r.run(telemetry.suite, "sampling_overhead", {"interval_s": 0.1}, side=64,
+                  run_time_s=0.03)
+    assert entry.outcome == "pass", entry.reason
+    assert {m.name for m in entry.metrics} >= {"overhead", "samples_taken"}
+    assert r.stand_in.synchronized > 0
+
+
 # ---- each CUDA conformance check fails with its feature broken --------------------------
 
 SMALL = {"gemm_ladder": GEMM, "nvml_readings": {"side": 64}}

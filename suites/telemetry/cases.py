@@ -43,13 +43,15 @@ def busy_matmul(device: str, size: int | None = None, steps: int = 4):
 
 
 # `run_time_s`: seconds of measurement per variant; resolving a 1% change needs more than the
-# profile's usual run time
+# profile's usual run time. `side`: the busy workload's matrices (busy_matmul's defaults)
 @suite.benchmark(params=[{"interval_s": 0.1}], sampled=False,
-                 settings={"quick": {"run_time_s": 3.0}, "full": {"run_time_s": 20.0}})
+                 settings={"quick": {"run_time_s": 3.0, "side": 768},
+                           "full": {"run_time_s": 20.0, "side": 768},
+                           "quick:cuda": {"side": 4096}, "full:cuda": {"side": 4096}})
 def sampling_overhead(ctx: Context) -> None:
     """Median of a busy workload with telemetry sampling off and on, interleaved."""
     tel = Telemetry(interval_s=ctx.params["interval_s"])
-    fn = busy_matmul(ctx.device)
+    fn = busy_matmul(ctx.device, size=ctx.settings["side"])
     samplers = []
 
     def sampling():
