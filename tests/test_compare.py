@@ -340,7 +340,7 @@ def test_in_ab_the_history_keeps_a_flipping_metric_from_looking_steady():
     from harness.comparing import campaign
 
     reps = campaign.round_values(a_rounds, b_rounds)
-    a, b = campaign.merge_runs(a_rounds), campaign.merge_runs(b_rounds)
+    a, b = campaign.merge_runs(a_rounds, "ab"), campaign.merge_runs(b_rounds, "ab")
     bare = _calibration()  # a calibration without floors: two rounds may then decide
     alone = {c.labels["i"]: c for c in compare.compare_runs(a, b, replicates=reps, cal=bare)}
     assert alone["flips"].verdict == "regression"  # the rounds alone cry wolf
@@ -368,13 +368,13 @@ def test_without_a_calibration_a_level_drawn_per_process_needs_five_rounds_to_de
                       for m in ("on", "off", "memory")]) for lv in levels]
 
     a3, b3 = runs([0.099, 0.101, 0.102]), runs([0.078, 0.077, 0.080])
-    changes = compare.compare_runs(campaign.merge_runs(a3), campaign.merge_runs(b3),
+    changes = compare.compare_runs(campaign.merge_runs(a3, "ab"), campaign.merge_runs(b3, "ab"),
                                    compare.AB_THRESHOLDS,
                                    replicates=campaign.round_values(a3, b3))
     assert {c.verdict for c in changes} == {"inconclusive"}
     assert all("would be improvement" in c.why for c in changes), [c.why for c in changes]
     a5, b5 = runs([0.099, 0.101, 0.102, 0.100, 0.098]), runs([0.078, 0.077, 0.080, 0.079, 0.078])
-    changes = compare.compare_runs(campaign.merge_runs(a5), campaign.merge_runs(b5),
+    changes = compare.compare_runs(campaign.merge_runs(a5, "ab"), campaign.merge_runs(b5, "ab"),
                                    compare.AB_THRESHOLDS,
                                    replicates=campaign.round_values(a5, b5))
     assert {c.verdict for c in changes} == {"improvement"}
@@ -399,7 +399,7 @@ def test_ab_judges_each_round_by_its_own_ratio():
     a_rounds, b_rounds = _rounds(levels, rng), _rounds(levels, rng, change=1.1)
     reps = campaign.round_values(a_rounds, b_rounds)
     assert all(r.paired for r in reps.values())
-    a, b = campaign.merge_runs(a_rounds), campaign.merge_runs(b_rounds)
+    a, b = campaign.merge_runs(a_rounds, "ab"), campaign.merge_runs(b_rounds, "ab")
     paired = compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps)
     assert {c.verdict for c in paired} == {"regression"}
     for c in paired:
@@ -434,7 +434,7 @@ def _two_case_ab(seed: int, small_b: list[float]):
     a_rounds = _two_case_rounds(rng, [1.0] * len(small_b))
     b_rounds = _two_case_rounds(rng, small_b)
     reps = campaign.round_values(a_rounds, b_rounds)
-    a, b = campaign.merge_runs(a_rounds), campaign.merge_runs(b_rounds)
+    a, b = campaign.merge_runs(a_rounds, "ab"), campaign.merge_runs(b_rounds, "ab")
 
     def verdicts(case: str, cal: calibration.Calibration | None = None) -> set[str]:
         changes = compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps, cal=cal)
@@ -484,7 +484,8 @@ def test_ab_pairs_rounds_by_round_when_one_is_left_out():
     for r in reps.values():
         assert r.paired and len(r.baseline) == 3
         assert np.allclose(r.baseline, r.candidate, rtol=0.02)  # rounds 0, 2, 3 with theirs
-    changes = compare.compare_runs(campaign.merge_runs(a_rounds), campaign.merge_runs(b_rounds),
+    changes = compare.compare_runs(campaign.merge_runs(a_rounds, "ab"),
+                                   campaign.merge_runs(b_rounds, "ab"),
                                    compare.AB_THRESHOLDS, replicates=reps)
     assert compare.counts(changes)["regression"] == compare.counts(changes)["improvement"] == 0
 
@@ -750,7 +751,7 @@ def test_ab_merges_rounds_pooling_samples_and_leaving_contended_ones_out():
     good = [_run([_metric("t", _samples(rng, 1.0, n=20))]) for _ in range(2)]
     busy = _run([_metric("t", _samples(rng, 5.0, n=20))],
                 telemetry={"valid": False, "invalid_reasons": ["host busy"]})
-    merged = campaign.merge_runs([*good, busy])
+    merged = campaign.merge_runs([*good, busy], "ab")
     (e,) = merged.results
     (m,) = e.metrics
     assert m.count == 40 and m.value < 1.2
@@ -802,7 +803,8 @@ def _steady(a_rounds: list[dict], b_rounds: list[dict], keep_sessions: bool = Tr
     reps = campaign.round_values(a_rounds, b_rounds)
     if not keep_sessions:
         reps = {k: r._replace(within=None) for k, r in reps.items()}
-    changes = compare.compare_runs(campaign.merge_runs(a_rounds), campaign.merge_runs(b_rounds),
+    changes = compare.compare_runs(campaign.merge_runs(a_rounds, "ab"),
+                                   campaign.merge_runs(b_rounds, "ab"),
                                    compare.AB_THRESHOLDS, replicates=reps,
                                    cal=_trusting_steady() if cal is None else cal)
     return next(c for c in changes if c.labels["path"] == "steady"), changes
@@ -834,7 +836,7 @@ def test_a_figure_judged_on_its_sessions_is_held_to_its_tolerance_on_them_too():
     rng = np.random.default_rng(23)
     a_rounds = _latency_rounds(rng, 5, session_sd=0.01)
     b_rounds = _latency_rounds(rng, 5, change=1.03, session_sd=0.01)
-    a, b = campaign.merge_runs(a_rounds), campaign.merge_runs(b_rounds)
+    a, b = campaign.merge_runs(a_rounds, "ab"), campaign.merge_runs(b_rounds, "ab")
     (pa,) = [m for m in a.results[0].metrics if m.labels["path"] == "steady"]
     (e,) = b.results
     b = dataclasses.replace(b, results=(dataclasses.replace(e, metrics=tuple(
@@ -850,7 +852,7 @@ def test_a_figure_judged_on_its_sessions_is_held_to_its_tolerance_on_them_too():
     assert "significant" in steady.why and "inside the 5% tolerance" in steady.why
     # a change past the tolerance on its sessions is flagged: the check is not a no-op
     b_rounds = _latency_rounds(rng, 5, change=1.12, session_sd=0.01)
-    changes = compare.compare_runs(a, campaign.merge_runs(b_rounds), compare.AB_THRESHOLDS,
+    changes = compare.compare_runs(a, campaign.merge_runs(b_rounds, "ab"), compare.AB_THRESHOLDS,
                                    replicates=campaign.round_values(a_rounds, b_rounds),
                                    cal=_trusting_steady())
     assert next(c for c in changes if c.labels["path"] == "steady").verdict == "regression"
@@ -978,7 +980,7 @@ def _paired_family(rng, change: float, sd: float, rounds: int, members: int = 6)
     b_rounds = [_run([_metric("t", _samples(rng, lv * change * rng.lognormal(0, sd), n=20,
                                             spread=0.005), labels={"i": i})
                       for i in range(members)]) for lv in levels]
-    return (campaign.merge_runs(a_rounds), campaign.merge_runs(b_rounds),
+    return (campaign.merge_runs(a_rounds, "ab"), campaign.merge_runs(b_rounds, "ab"),
             campaign.round_values(a_rounds, b_rounds))
 
 
@@ -1047,3 +1049,29 @@ def test_the_equivalence_test_agrees_with_the_interval():
 def test_counts_name_all_five_verdicts():
     assert set(compare.counts([])) >= {"regression", "improvement", "inconclusive",
                                        "unchanged", "unverified"}
+
+
+def test_a_merged_fail_keeps_the_failing_checks_and_failures_of_every_round():
+    from harness.comparing import campaign
+
+    def rnd(outcome, checks, failures=None, reason=""):
+        entry = records.Result("s", "c", outcome, reason, kind="conformance", device="cpu",
+                               checks=tuple(records.Check(n, ok, d) for n, ok, d in checks),
+                               details={"failures": failures} if failures else {})
+        return dataclasses.replace(records.new_run({"name": "m"}, "quick"), results=(entry,))
+
+    ok = [("a", True, ""), ("b", True, "")]
+    runs = [rnd("pass", ok), rnd("fail", [("a", True, ""), ("b", False, "b off by 4 B")],
+                                 ["b: off by 4 B"], "check b failed"),
+            rnd("fail", [("a", False, "a raised"), ("b", True, "")], ["a: raised"], "a raised"),
+            rnd("pass", ok)]
+    (e,) = campaign.merge_runs(runs, "history").results
+    assert e.outcome == "fail" and e.reason == "check b failed"
+    assert [(c.name, c.passed, c.detail) for c in e.checks] == [
+        ("a", False, "a raised"), ("b", False, "b off by 4 B")]
+    assert e.details["failures"] == ["b: off by 4 B", "a: raised"]
+    assert e.details["rounds"] == 4
+    # every round passed: its checks are the passes, with no failures listed
+    (e,) = campaign.merge_runs([runs[0], runs[3]], "history").results
+    assert e.outcome == "pass" and all(c.passed for c in e.checks) and len(e.checks) == 2
+    assert "failures" not in e.details

@@ -69,7 +69,7 @@ def _state(version: str, python: Path, unit: Unit, case: str, scratch: Path,
     """The case's outcome and warnings in one release (one fresh process)."""
     side = matrix.summarize_side(campaign.run_alone(
         version, python, [unit], ["--profile", "quick"],
-        campaign.new_folder(scratch, f"bisect-{version}"), progress))
+        campaign.new_folder(scratch, f"bisect-{version}"), progress, "bisect"))
     mine = {k: c for k, c in side["cases"].items() if k.startswith(f"{case}[")}
     if not mine:
         raise CampaignError(f"torch {version} ran no {case}")

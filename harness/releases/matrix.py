@@ -193,7 +193,7 @@ def judge(base: Path, labels: list[str], versions: dict[str, str],
     the version before it. `extension` is what further rounds were run (`campaign.extend`).
     The record returned also holds every step's verdicts as `all_changes`, and each step's
     as `step_changes` (neither written)."""
-    merged = {label: campaign.merge_runs(runs[label]) for label in labels}
+    merged = {label: campaign.merge_runs(runs[label], "matrix") for label in labels}
     judged = {}
     for label in labels:
         if expected is not None:  # each version by its own torch: entries name versions
