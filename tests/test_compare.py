@@ -283,7 +283,7 @@ def test_compare_takes_the_baselines_folder_as_history_and_prints_what_it_can_de
     changes = json.loads((tmp_path / "c.json.out").read_text())
     # nothing flagged; a 12% move against runs that wander 10% is not shown either way
     assert {c["verdict"] for c in changes} == {"inconclusive"}
-    assert "0 regression, 0 improvement, 6 inconclusive" in out.stdout
+    assert "0 regression, 0 improvement, 0 worse, 0 better, 6 inconclusive" in out.stdout
     alone = _compare(base, cand, "--no-history")
     assert "the spread between runs is unknown" in alone.stdout
 
@@ -848,7 +848,7 @@ def test_a_figure_judged_on_its_sessions_is_held_to_its_tolerance_on_them_too():
     steady = next(c for c in changes if c.labels["path"] == "steady")
     assert steady.factor > 1.07 and 1.01 < steady.extra["judged_factor"] < 1.05
     assert steady.adjusted < 0.05  # significant on its sessions
-    assert steady.verdict == "unchanged" and steady.beyond == 0, steady.why
+    assert steady.verdict == "worse" and steady.beyond == 0, steady.why
     assert "significant" in steady.why and "inside the 5% tolerance" in steady.why
     # a change past the tolerance on its sessions is flagged: the check is not a no-op
     b_rounds = _latency_rounds(rng, 5, change=1.12, session_sd=0.01)
@@ -1007,21 +1007,27 @@ def test_unchanged_only_where_the_interval_lies_inside_the_tolerance():
     for c in [*noisy, *tight, *same]:
         lo, hi = c.interval
         if c.verdict == "unchanged":
-            assert 0.95 < lo and hi < 1.05, c
+            # inside the band, and no change shown (an interval that excludes 1 is then one
+            # the correction over the figures holds back)
+            assert 0.95 < lo and hi < 1.05 and c.adjusted >= 0.05, c
         if c.verdict == "regression":
             assert lo > 1.0 and c.extra["judged_factor"] > 1.05, c
-        if c.verdict == "unchanged" and (lo > 1 or hi < 1):
-            assert "significant" in c.why  # the row says why an interval excluding 1 is fine
 
 
-def test_a_small_significant_change_inside_the_tolerance_is_unchanged_and_says_so():
+@pytest.mark.parametrize(("change", "word"), [(1.02, "worse"), (1 / 1.02, "better")])
+def test_a_small_significant_change_inside_the_tolerance_is_no_unchanged(change, word):
+    """A time 2% longer (shorter), measured tightly: significant, its interval inside the 5%
+    tolerance: `worse` (`better`), never `unchanged`, and the row says why."""
     rng = np.random.default_rng(41)
-    a, b, reps = _paired_family(rng, 1.02, 0.005, 6)
+    a, b, reps = _paired_family(rng, change, 0.005, 6)
     changes = compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps,
                                    cal=_calibration())
+    assert len(changes) == 6
     for c in changes:
-        assert c.verdict == "unchanged" and c.interval[0] > 1.0, c.why
+        assert c.verdict == word and 0.95 < c.interval[0] and c.interval[1] < 1.05, c.why
+        assert (c.interval[0] > 1.0) == (word == "worse") and c.adjusted < 0.05
         assert c.why.startswith("significant (adjusted p") and "inside the 5% tolerance" in c.why
+    assert compare.counts(changes)[word] == 6 and compare.counts(changes)["unchanged"] == 0
 
 
 def test_the_correction_can_only_hold_a_verdict_back_and_the_row_says_so():
@@ -1046,9 +1052,28 @@ def test_the_equivalence_test_agrees_with_the_interval():
         assert (compare._equivalence_p(centre, se, 8, band) < 0.05) == inside
 
 
-def test_counts_name_all_five_verdicts():
-    assert set(compare.counts([])) >= {"regression", "improvement", "inconclusive",
-                                       "unchanged", "unverified"}
+def test_counts_count_every_verdict_the_judge_gives():
+    """Each verdict `_verdict` can give, once, and the counts (every summary line's, and
+    comparison.json's) count each once."""
+    given = []
+    for better, factor, beyond, p, q in [
+            ("lower", 1.3, -1, 0.01, 1.0),  # regression
+            ("lower", 0.7, 1, 0.01, 1.0),  # improvement
+            ("lower", 1.02, 0, 0.01, 0.01),  # worse
+            ("higher", 1.02, 0, 0.01, 0.01),  # better
+            ("lower", 1.0, 0, 0.5, 0.01),  # unchanged
+            ("lower", 1.0, 0, 0.5, 0.5)]:  # inconclusive
+        c = compare.Change("s/c[cpu default]", "t", {}, "s", "time", 1.0, factor, factor,
+                           [factor * 0.99, factor * 1.01], p, better=better, allowed=0.05,
+                           beyond=beyond)
+        compare._verdict(c, p, q, alpha=0.05, spread_known=True, tested=6)
+        given.append(c)
+    c = compare.Change("s/c[cpu default]", "t", {}, "s", "time", 1.0, 1.0, 1.0, None, 0.5)
+    compare._verdict(c, 0.5, 0.5, alpha=0.05, spread_known=False, tested=1)
+    given.append(c)
+    assert [c.verdict for c in given] == ["regression", "improvement", "worse", "better",
+                                          "unchanged", "inconclusive", "unverified"]
+    assert compare.counts(given) == {v: int(v not in ("new", "gone")) for v in compare.VERDICTS}
 
 
 def test_a_merged_fail_keeps_the_failing_checks_and_failures_of_every_round():
@@ -1075,3 +1100,11 @@ def test_a_merged_fail_keeps_the_failing_checks_and_failures_of_every_round():
     (e,) = campaign.merge_runs([runs[0], runs[3]], "history").results
     assert e.outcome == "pass" and all(c.passed for c in e.checks) and len(e.checks) == 2
     assert "failures" not in e.details
+
+
+def test_a_change_inside_the_tolerance_fails_no_exit_status():
+    from harness.commands import judging
+
+    counts = dict.fromkeys(compare.VERDICTS, 0) | {"worse": 3, "better": 1, "inconclusive": 2}
+    assert judging.exit_status(counts) == 0
+    assert judging.exit_status(counts | {"regression": 1}) == 1

@@ -2,14 +2,17 @@
 change is a regression. docs/method.md gives the method in full; in short:
 
 Results are matched by (suite, case, device, params), metrics by name and labels. Each figure
-gets one of five verdicts, read off one 95% interval of its change, judged against its
+gets one of seven verdicts, read off one 95% interval of its change, judged against its
 kind's tolerance (PyTorch HUD's: ratios and throughputs 0.95x, times and latencies 1.15x,
 bytes 1.10x; 5% for every kind in `ab`):
 
 - `regression` / `improvement`: it moved past the tolerance in its bad (good) direction,
   and the change is significant;
+- `worse` / `better`: the change is significant, in its bad (good) direction, but its
+  interval lies inside the tolerance band: a change that fails nothing, never "unchanged";
 - `unchanged`: its interval lies inside the tolerance band (an equivalence test: two
-  one-sided tests at 2.5% each), so no change that matters;
+  one-sided tests at 2.5% each) and the change is not significant, so nothing moved that
+  matters;
 - `inconclusive`: neither; the row gives the change it could detect and about how many
   rounds would decide it;
 - `unverified`: not judged: no samples, measured contended, no direction, or a spread between
@@ -75,8 +78,9 @@ ABSOLUTE_SLACK = {"error": 1e-9, "overhead": 1.0}
 # on them already sees the variance between processes, so no history or rounds are needed
 PER_PROCESS = ("rate",)
 HISTORY_RUNS = 10  # the most recent runs a band is estimated from
-VERDICTS = ("regression", "improvement", "inconclusive", "unchanged", "unverified", "new",
-            "gone")
+# `worse` / `better`: a significant change inside the tolerance (docs/method.md, section 6)
+VERDICTS = ("regression", "improvement", "worse", "better", "inconclusive", "unchanged",
+            "unverified", "new", "gone")
 
 
 @dataclass
@@ -402,7 +406,7 @@ def decide(changes: list[Change], replicates: Replicates | None,
         _verdict(c, p, q, alpha, i in between, len(tested))
         if (cal is None and i in between and between[i][4]
                 and between[i][5] < MIN_ROUNDS_UNCALIBRATED
-                and c.verdict in ("regression", "improvement", "unchanged")):
+                and c.verdict in ("regression", "improvement", "worse", "better", "unchanged")):
             c.why = (f"would be {c.verdict} ({c.why}), but {between[i][5]} paired rounds "
                      f"decide nothing without this machine's calibration (at least "
                      f"{MIN_ROUNDS_UNCALIBRATED}: a level drawn per process lines up on fewer "
@@ -410,6 +414,12 @@ def decide(changes: list[Change], replicates: Replicates | None,
             c.verdict = "inconclusive"
         if c.extra.get("judged_on") == "sessions":
             c.why += f"; judged on its sessions' geometric mean, {c.extra['judged_factor']:.3g}x"
+
+
+def _gain(c: Change) -> float:
+    """The judged log change in the good direction (> 0: better)."""
+    change = math.log(c.extra.get("judged_factor") or c.factor)
+    return change if c.better == "higher" else -change
 
 
 def _verdict(c: Change, p: float, q: float, alpha: float, spread_known: bool,
@@ -431,11 +441,16 @@ def _verdict(c: Change, p: float, q: float, alpha: float, spread_known: bool,
         c.verdict = "regression" if c.beyond < 0 else "improvement"
         c.why = f"past the {tol} tolerance and significant (adjusted p {p:.2g})"
         return
+    if q < alpha and p < alpha:
+        # a change shown, inside the tolerance: a change all the same, never "unchanged" (drift
+        # below a tolerance piles up unseen until it breaks it)
+        c.verdict = "worse" if _gain(c) < 0 else "better"
+        c.why = (f"significant (adjusted p {p:.2g}) but inside the {tol} tolerance "
+                 f"(equivalence, adjusted p {q:.2g})")
+        return
     if q < alpha:
         c.verdict = "unchanged"
-        c.why = (f"significant (adjusted p {p:.2g}) but inside the {tol} tolerance"
-                 if p < alpha else f"inside the {tol} tolerance")
-        c.why += f" (equivalence, adjusted p {q:.2g})"
+        c.why = f"inside the {tol} tolerance (equivalence, adjusted p {q:.2g})"
         return
     c.verdict = "inconclusive"
     if c.kind in PER_PROCESS:

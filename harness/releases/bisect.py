@@ -10,10 +10,11 @@ What differs is one of:
 - a figure of a benchmark case (`--metric`), judged by the campaign engine: each step is a
   three-sided campaign of the interval's ends and its middle, rotated round by round
   (`matrix`), and the two halves are judged as `matrix` judges neighbours. The change
-  is in the half whose verdict is a change in the direction GOOD -> BAD shows, the other half
-  unchanged or inconclusive. A step where both halves change (the change is spread over both)
-  or neither does (it is too small for these rounds) ends the search there, saying so; it
-  never guesses.
+  is in the half whose verdict is a change past the tolerance in the direction GOOD -> BAD
+  shows, the other half unchanged, inconclusive, or changed inside the tolerance (`worse`,
+  `better`: too small for the tolerance the search is for). A step where both halves change
+  (the change is spread over both) or neither does (it is too small for these rounds) ends
+  the search there, saying so; it never guesses.
 
 The record (`bisect.json`) keeps every step: the releases measured, each half's verdict,
 factor and interval, and the minutes it took.
