@@ -225,9 +225,10 @@ def test_show_of_an_ab_folder_counts_every_verdict(tmp_path):
     from harness.comparing import compare
 
     def change(verdict: str, factor: float) -> dict:
-        return compare.Change("amp/gemm[cpu]", "time", {"n": 256}, "s", "time", 1.0, factor,
-                              factor, [factor * 0.9, factor * 1.1], 0.01, 0.02,
-                              verdict=verdict).to_json() | {"field_of_a_later_version": 1}
+        return compare.Change(records.CaseKey("amp", "gemm", "cpu"), "time", {"n": 256}, "s",
+                              "time", compare.Verdict(verdict), 1.0, factor, factor,
+                              [factor * 0.9, factor * 1.1], 0.01, 0.02,
+                              ).to_json() | {"field_of_a_later_version": 1}
 
     doc = {"A": "2.14.1", "B": "2.14.1", "rounds": 5, "calibration": None,
            "changes": [change("regression", 1.3), change("inconclusive", 1.05),

@@ -76,3 +76,14 @@ def test_a_stored_matrix_is_judged_again_to_the_verdicts_it_was_given(tmp_path):
                                                     "warning went"}
     # a side's merged run is named by its position, whatever its label
     assert {"side-0.json", "side-1.json"} <= {p.name for p in folder.iterdir()}
+
+
+def test_an_ab_whose_side_has_no_rounds_is_one_error_line(tmp_path, capsys):
+    from harness import cli
+
+    folder = shutil.copytree(DATA / "ab-planted-gemm", tmp_path / "ab")
+    for rounds in (folder / "rounds").glob("*-B"):
+        shutil.rmtree(rounds)
+    assert cli.main(["ab", "--judge", str(folder), "--calibration", "none"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "side B has no rounds" in err, err

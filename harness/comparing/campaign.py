@@ -38,7 +38,7 @@ import numpy as np
 
 from harness import records, stats
 from harness.comparing import compare
-from harness.records import Check, Metric, MetricKey, Outcome, Result, Run
+from harness.records import Check, Design, Metric, MetricKey, Outcome, Result, Run
 
 if TYPE_CHECKING:  # calibration measures with this module's rounds
     from harness.comparing.calibration import Calibration
@@ -199,11 +199,6 @@ def rounds_wanted(units: list[Unit], rounds: int) -> dict[str, int]:
 def more_rounds(units: list[Unit], rounds: int) -> dict[str, int]:
     """The rounds of each unit with more than the campaign's (for the record)."""
     return {u.name: u.rounds_of(rounds) for u in units if u.rounds_factor != 1}
-
-
-def unit_of(case_key: str) -> str:
-    """The benchmark unit that measured a result (`records.Result.key`: suite/case[...])."""
-    return case_key.split("[", 1)[0].replace("/", ".", 1)
 
 
 # ---------------------------------------------------------------- running and the folder
@@ -442,13 +437,14 @@ def _values(runs: list[Run]) -> tuple[dict[tuple, dict[int, tuple[float, list[fl
     duets = set()
     for run in runs:
         for e in run.results:
-            if (run.measured or {}).get("design") == "duet":
-                duets.add(e.key)
+            if (run.measured or {}).get("design") == Design.DUET:
+                duets.add(e.case_key)
             if e.valid:
                 for m in e.metrics:
                     if (v := compare.run_value(m)) is not None:
-                        out.setdefault((e.key, m.key), {})[seen.get(e.key, 0)] = (v, m.sessions)
-            seen[e.key] = seen.get(e.key, 0) + 1
+                        out.setdefault((e.case_key, m.key), {})[seen.get(e.case_key, 0)] = (
+                            v, m.sessions)
+            seen[e.case_key] = seen.get(e.case_key, 0) + 1
     return out, duets
 
 
@@ -531,8 +527,8 @@ def rounds_to_decide(changes: list[compare.Change], units: list[Unit],
     figure in any of them needs."""
     by_unit: dict[str, list[float]] = {}
     for c in changes:
-        if c.verdict == "inconclusive" and c.extra.get("se_log") is not None:
-            by_unit.setdefault(unit_of(c.case), []).append(
+        if c.verdict == compare.Verdict.INCONCLUSIVE and c.se_log is not None:
+            by_unit.setdefault(c.case.unit, []).append(
                 math.inf if c.rounds_to_decide is None else c.rounds_to_decide)
     out = {}
     for unit in units:
@@ -551,7 +547,7 @@ def stage(changes: list[compare.Change], done: dict[str, int], started: float) -
     each figure's verdict, and the minutes since the first round."""
     return {"rounds": dict(done), "minutes": round((time.monotonic() - started) / 60, 1),
             "counts": compare.counts(changes),
-            "verdicts": {f"{c.case} {c.name}": c.verdict for c in changes}}
+            "verdicts": {f"{c.case} {c.name}": c.verdict.value for c in changes}}
 
 
 @dataclass

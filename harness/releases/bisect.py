@@ -30,14 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from harness import records
-from harness.comparing import campaign
+from harness.comparing import campaign, compare
 from harness.comparing.calibration import Calibration
 from harness.comparing.campaign import CampaignError, Unit
 from harness.records import MetricKey
 from harness.releases import envs, matrix
 
 SCHEMA = "release-bench-bisect/1"
-CHANGES = ("regression", "improvement")
+CHANGES = compare.CHANGES  # past the tolerance: a step's change (worse/better are not)
 
 
 def parse_metric(text: str) -> MetricKey:
@@ -112,12 +112,11 @@ def bisect_outcome(releases: list[str], unit: Unit, case: str, scratch: Path,
 
 
 def _verdict(changes: list, case: str, metric: MetricKey) -> dict[str, Any] | None:
-    mine = [c for c in changes if c.case.startswith(f"{case}[")
-            and MetricKey.of(c.metric, c.labels) == metric]
+    mine = [c for c in changes if c.case.case_id == case and c.metric_key[1] == metric]
     if not mine:
         return None
     c = mine[0]
-    return {"verdict": c.verdict, "factor": c.factor, "interval": c.interval, "why": c.why}
+    return {"verdict": c.verdict.value, "factor": c.factor, "interval": c.interval, "why": c.why}
 
 
 def bisect_metric(releases: list[str], unit: Unit, case: str, metric: MetricKey,

@@ -215,11 +215,9 @@ def judge(base: Path, labels: list[str], versions: dict[str, str],
                         for h in summary[this]["headlines"]}
         steps.append({
             "from": prev, "to": this, "counts": compare.counts(changes),
-            "verdicts": [c.to_json() for c in changes if c.verdict in ("regression",
-                                                                       "improvement")],
+            "verdicts": [c.to_json() for c in changes if c.verdict in compare.CHANGES],
             "headline_verdicts": [c.to_json() for c in changes
-                                  if (c.case, MetricKey.of(c.metric, c.labels))
-                                  in headline_ids],
+                                  if (str(c.case), c.metric_key[1]) in headline_ids],
             "changes": outcome_changes(summary[prev], summary[this], prev, this)})
     record = {
         "schema": SCHEMA, "machine": machine.fingerprint(), "started": merged[labels[0]].started,
