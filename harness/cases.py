@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness.records import Check, Result
+from harness.records import Better, Check, MetricKind, Result
 from harness.records import Metric as RecordedMetric
 from harness.records import param_id as param_id  # how a parameter set is written, once
 
@@ -254,10 +254,9 @@ class Metric:
     name: str
     value: float | None
     unit: str
-    # what kind of figure this is; `compare` picks its regression threshold by kind: time,
-    # latency, throughput, ratio, bytes, error, count, rate (a share of trials) or value
-    kind: str = "value"
-    better: str | None = None  # "higher", "lower", or None when direction does not apply
+    # what kind of figure this is (records.MetricKind): `compare` picks its tolerance by kind
+    kind: MetricKind = MetricKind.VALUE
+    better: Better | None = None  # which way is good; None when direction does not apply
     labels: dict[str, Any] = field(default_factory=dict)
     samples: list[float] | None = None  # what the value was computed from (thinned)
     stats: dict[str, Any] | None = None  # harness.stats.summarize of the samples
@@ -266,6 +265,21 @@ class Metric:
     # independent sessions within its processes (fresh RPC groups, see suites/rpc/measure.py):
     # their spread is the figure's spread at the level where it arises
     sessions: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        # a kind or direction spelled wrongly would make the figure silently unjudged
+        # ("unverified"): refused where the figure is recorded, in one line
+        try:
+            self.kind = MetricKind(self.kind)
+        except ValueError:
+            raise ValueError(f"metric {self.name!r}: kind {self.kind!r} is not one of "
+                             f"{', '.join(MetricKind)}") from None
+        if self.better is not None:
+            try:
+                self.better = Better(self.better)
+            except ValueError:
+                raise ValueError(f"metric {self.name!r}: better {self.better!r} is not "
+                                 f"{' or '.join(Better)} (or None)") from None
 
     def record(self) -> RecordedMetric:
         """The figure as the run record keeps it (frozen)."""

@@ -62,6 +62,37 @@ class Outcome(enum.StrEnum):
 
 OUTCOMES = tuple(o.value for o in Outcome)
 
+
+class MetricKind(enum.StrEnum):
+    """What kind of figure a metric is: `compare` picks its tolerance by kind, and judges
+    kinds that sit near zero or change sign (error, overhead, count, value) by no relative
+    spread."""
+
+    TIME = "time"
+    LATENCY = "latency"
+    THROUGHPUT = "throughput"
+    RATIO = "ratio"
+    BYTES = "bytes"
+    ERROR = "error"
+    OVERHEAD = "overhead"
+    RATE = "rate"  # a share of trials (fresh processes that ended badly)
+    COUNT = "count"
+    VALUE = "value"  # a figure for context
+
+
+class Better(enum.StrEnum):
+    """Which way a figure is good (a metric without a direction has None)."""
+
+    HIGHER = "higher"
+    LOWER = "lower"
+
+
+class Design(enum.StrEnum):
+    """How a run's figures were measured (`Run.measured["design"]`)."""
+
+    SEQUENTIAL = "sequential"
+    DUET = "duet"  # both sides of a round at once, on swapped halves (harness.running.duet)
+
 _METRIC = {
     "type": "object",
     "required": ["name", "value", "unit"],
@@ -72,7 +103,7 @@ _METRIC = {
         "value": {"type": ["number", "null"]},
         "unit": {"type": "string"},
         "kind": {"type": "string"},
-        "better": {"enum": ["higher", "lower", None]},
+        "better": {"enum": [*Better, None]},
         "stats": {"type": ["object", "null"]},
         # the figure in each independent session of its case (added in schema 2, optional)
         "sessions": {"type": "array", "items": {"type": "number"}},
@@ -124,9 +155,57 @@ def param_id(params: Mapping[str, Any]) -> str:
     return "-".join(f"{k}={v}" for k, v in params.items()) or "default"
 
 
+@dataclass(frozen=True, order=True)
+class CaseKey:
+    """A result's identity within a run: its suite, case, device and parameters (each
+    parameter's value as `param_id` writes it, in the case's order). Written
+    `suite/case[device params]` (`str`), as comparison.json and calibration files keep it;
+    `parse` is the one reader of that text."""
+
+    suite: str
+    case: str
+    device: str = ""
+    params: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, suite: str, case: str, device: str = "",
+           params: Mapping[str, Any] | None = None) -> CaseKey:
+        return cls(suite, case, device, tuple((k, str(v)) for k, v in (params or {}).items()))
+
+    @classmethod
+    def parse(cls, text: str) -> CaseKey:
+        """The key that `str` wrote as `text` (a stored comparison's or calibration's);
+        ValueError on text that is not one."""
+        m = _CASE_KEY.fullmatch(text)
+        if m is None:
+            raise ValueError(f"not a case key (suite/case[device params]): {text!r}")
+        suite, case, device, params = m.groups()
+        pairs = () if params == "default" else tuple(
+            tuple(p.split("=", 1)) for p in re.split(r"-(?=[A-Za-z_]\w*=)", params))
+        if any(len(p) != 2 for p in pairs):
+            raise ValueError(f"not a case key's parameters (k=v-k=v): {text!r}")
+        return cls(suite, case, device, pairs)
+
+    @property
+    def case_id(self) -> str:
+        """suite/case: the case, whatever its device and parameters."""
+        return f"{self.suite}/{self.case}"
+
+    @property
+    def unit(self) -> str:
+        """suite.case: the name of the campaign unit that runs it alone (a benchmark)."""
+        return f"{self.suite}.{self.case}"
+
+    def __str__(self) -> str:
+        return f"{self.case_id}[{self.device} {param_id(dict(self.params))}]"
+
+
+_CASE_KEY = re.compile(r"([^/\[\]]+)/([^/\[\]]+)\[(\S*) (.+)\]")
+
+
 def result_key(suite: str, case: str, device: str, params: Mapping[str, Any]) -> str:
-    """A result's identity within a run: suite/case[device params]."""
-    return f"{suite}/{case}[{device} {param_id(params)}]"
+    """A result's identity within a run, as text: suite/case[device params]."""
+    return str(CaseKey.of(suite, case, device, params))
 
 
 def _extra(doc: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
@@ -255,7 +334,7 @@ class Result:
 
     suite: str
     case: str
-    outcome: str
+    outcome: Outcome
     reason: str = ""
     kind: str = "benchmark"
     device: str = ""
@@ -271,7 +350,7 @@ class Result:
     telemetry: dict[str, Any] | None = None
     # where each rank ran, in a run across hosts (harness.running.nodes)
     placement: Any = None
-    # its status under the expectations file (harness.comparing.expectations.Judgement.to_json)
+    # its status under the expectations file (harness.comparing.expectations.Judged.to_json)
     expected: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -279,10 +358,25 @@ class Result:
              "elapsed_s", "metrics", "checks", "notes", "tables", "shown_tables", "details",
              "telemetry", "placement", "expected")
 
+    def __post_init__(self) -> None:
+        # validated where it is made: an outcome that is none of Outcome's never reaches a
+        # record (ValueError, in one line)
+        if not isinstance(self.outcome, Outcome):
+            try:
+                object.__setattr__(self, "outcome", Outcome(self.outcome))
+            except ValueError:
+                raise ValueError(f"{self.suite}/{self.case}: outcome {self.outcome!r} is not "
+                                 f"one of {', '.join(Outcome)}") from None
+
+    @property
+    def case_key(self) -> CaseKey:
+        """Its identity within a run."""
+        return CaseKey.of(self.suite, self.case, self.device, self.params)
+
     @property
     def key(self) -> str:
-        """Its identity within a run: suite/case[device params]."""
-        return result_key(self.suite, self.case, self.device, self.params)
+        """Its identity within a run, as text: suite/case[device params]."""
+        return str(self.case_key)
 
     @property
     def case_id(self) -> str:
@@ -516,10 +610,18 @@ def validate(doc: Any, source: str = "run") -> dict:
 
 
 def write_run(path: str | Path, run: Run, scrub: bool = False) -> Path:
-    """Write `run` atomically; `scrub`: with this machine's directories replaced by aliases
-    (see scrub_paths)."""
+    """Write `run` atomically, once it validates as `read_run` reads it (a record `show` would
+    refuse is never written: RecordError, and the file is left as it was); `scrub`: with this
+    machine's directories replaced by aliases (see scrub_paths)."""
     doc = run.to_json()
-    return write_json_atomic(path, scrub_paths(doc) if scrub else doc)
+    try:
+        text = json.dumps(scrub_paths(doc) if scrub else doc, separators=(",", ":"),
+                          allow_nan=False, default=str) + "\n"
+    except ValueError as e:  # NaN or infinity, which JSON cannot hold
+        raise RecordError(f"{path}: not written: {e}") from e
+    # the schema judges what a reader will see (tuples as lists), before anything is written
+    validate(json.loads(text), f"{path}: not written")
+    return write_text_atomic(path, text)
 
 
 def read_run(path: str | Path) -> Run:

@@ -11,9 +11,10 @@ runs and rounds) and writes `results/validation/<date>-<NAME>.json`: the date, c
 machine it ran on, what was planted, how many figures were judged, how many of the figures
 the plant affects (those whose `suite/case metric[labels]` matches REGEX) were flagged as
 regressions and how many called unchanged, how many others were flagged (false flags), the
-counts of unchanged and inconclusive figures, the median detectable change and the wall
-time. `render` writes docs/validation.md from every row, oldest first; a test checks that
-the committed page is what `render` makes, so a new experiment is a new row, not new prose.
+counts of changes inside the tolerance (worse or better), of unchanged and of inconclusive
+figures, the median detectable change and the wall time. `render` writes docs/validation.md
+from every row, oldest first; a test checks that the committed page is what `render` makes,
+so a new experiment is a new row, not new prose.
 Measurements that are not an ab of a plant (a release history's cost, a bisect, a change in
 a release that the harness had to answer) are findings: one JSON each in
 `results/validation/findings/` (date, commit, machine, title, text, command), listed under
@@ -47,7 +48,8 @@ COLUMNS = [  # (field, heading)
     ("date", "date"), ("commit", "commit"), ("machine", "machine"),
     ("experiment", "experiment"), ("design", "design"), ("judged", "judged"),
     ("affected", "affected"), ("caught", "caught"), ("affected_unchanged", "affected unchanged"),
-    ("false_flags", "false flags"), ("unchanged", "unchanged"),
+    ("false_flags", "false flags"), ("inside_tolerance", "worse or better"),
+    ("unchanged", "unchanged"),
     ("inconclusive", "inconclusive"), ("detectable_median", "detectable (median)"),
     ("wall_minutes", "wall"), ("command", "command"),
 ]
@@ -111,6 +113,8 @@ def row_from_ab(base: Path, name: str, planted: str, affected: str | None,
         "affected_unchanged": (sum(c["verdict"] == "unchanged" for c in hit)
                                if pattern else None),
         "false_flags": sum(1 for c in flagged if c not in hit),
+        "inside_tolerance": (comparison["counts"]["worse"] + comparison["counts"]["better"]
+                             if "worse" in comparison["counts"] else None),
         "unchanged": comparison["counts"].get("unchanged"),
         "inconclusive": comparison["counts"].get("inconclusive"),
         "detectable_median": round(statistics.median(detectable), 4) if detectable else None,
@@ -147,7 +151,9 @@ def render(rows: list[dict], findings: list[dict] | None = None) -> str:
         "(the same environment on both sides). **judged**: figures tested; **affected**: figures",
         "the plant moves past the tolerance; **caught**: of those, flagged as regressions;",
         "**affected unchanged**: of those, called unchanged (a broken promise); **false flags**:",
-        "regressions or improvements among the others; **unchanged** / **inconclusive**: counts",
+        "regressions or improvements among the others; **worse or better**: significant changes",
+        "inside the tolerance (in an A/A, false ones; rows dated before 2026-12-05 predate the",
+        "words, and counted them as unchanged); **unchanged** / **inconclusive**: counts",
         "of those verdicts (rows dated before 2026-12-03 predate them: every figure not flagged",
         "was then called unchanged); **detectable**: the median detectable change; **wall**: the",
         "experiment's wall time. For rows without an `ab` folder, **commit** is the commit that",

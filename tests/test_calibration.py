@@ -100,7 +100,7 @@ def test_the_calibrations_floor_holds_a_figure_that_looked_steady_by_chance():
             dataclasses.replace(m, value=m.value * 1.1, samples=[x * 1.1 for x in m.samples])
             for m in e.metrics)) for e in run.results)) for run in steady]
     reps = campaign.round_values(steady, slower)
-    a, b = campaign.merge_runs(steady), campaign.merge_runs(slower)
+    a, b = campaign.merge_runs(steady, "ab"), campaign.merge_runs(slower, "ab")
     bare = calibration.Calibration(MACHINE, {}, {}, {})
     assert {c.verdict for c in compare.compare_runs(a, b, compare.AB_THRESHOLDS,
                                                     replicates=reps, cal=bare)} == {"regression"}

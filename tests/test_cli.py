@@ -221,22 +221,24 @@ def test_exit_1_when_a_case_fails(tmp_path, monkeypatch, capsys):
     assert json.loads(path.read_text())["results"][0]["outcome"] == "fail"
 
 
-def test_show_of_an_ab_folder_counts_all_five_verdicts(tmp_path):
+def test_show_of_an_ab_folder_counts_every_verdict(tmp_path):
     from harness.comparing import compare
 
     def change(verdict: str, factor: float) -> dict:
-        return compare.Change("amp/gemm[cpu]", "time", {"n": 256}, "s", "time", 1.0, factor,
-                              factor, [factor * 0.9, factor * 1.1], 0.01, 0.02,
-                              verdict=verdict).to_json() | {"field_of_a_later_version": 1}
+        return compare.Change(records.CaseKey("amp", "gemm", "cpu"), "time", {"n": 256}, "s",
+                              "time", compare.Verdict(verdict), 1.0, factor, factor,
+                              [factor * 0.9, factor * 1.1], 0.01, 0.02,
+                              ).to_json() | {"field_of_a_later_version": 1}
 
     doc = {"A": "2.14.1", "B": "2.14.1", "rounds": 5, "calibration": None,
            "changes": [change("regression", 1.3), change("inconclusive", 1.05),
-                       change("unchanged", 1.0)]}
+                       change("unchanged", 1.0), change("worse", 1.02)]}
     (tmp_path / "comparison.json").write_text(json.dumps(doc))
     out = cli_run("show", str(tmp_path))
     assert out.returncode == 0, out.stderr
-    assert ("1 regression, 0 improvement, 1 inconclusive, 1 unchanged, 0 unverified"
-            in out.stdout)
+    assert ("1 regression, 0 improvement, 1 worse, 0 better, 1 inconclusive, 1 unchanged, "
+            "0 unverified" in out.stdout)
+    assert "worse/better = significant but inside the tolerance" in out.stdout
     (tmp_path / "comparison.json").write_text("{}")
     bad = cli_run("show", str(tmp_path))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not a comparison" in bad.stderr

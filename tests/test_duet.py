@@ -126,14 +126,14 @@ def test_a_duet_is_judged_per_swapped_pair_so_a_slow_half_cancels():
     assert rep.paired and len(rep.baseline) == 5
     assert np.allclose(np.array(rep.candidate) / np.array(rep.baseline), 1.0, atol=0.01)
     cal = compare_cal()
-    (c,) = compare.compare_runs(campaign.merge_runs(a), campaign.merge_runs(b),
+    (c,) = compare.compare_runs(campaign.merge_runs(a, "ab"), campaign.merge_runs(b, "ab"),
                                 compare.AB_THRESHOLDS, replicates=campaign.round_values(a, b),
                                 cal=cal)
     assert c.verdict == "unchanged", c.why
     a, b = _duet_rounds(levels, rng, duet_design=False)
     (rep,) = campaign.round_values(a, b).values()
     assert len(rep.baseline) == 10  # sequential: round by round
-    (c,) = compare.compare_runs(campaign.merge_runs(a), campaign.merge_runs(b),
+    (c,) = compare.compare_runs(campaign.merge_runs(a, "ab"), campaign.merge_runs(b, "ab"),
                                 compare.AB_THRESHOLDS, replicates=campaign.round_values(a, b),
                                 cal=cal)
     assert c.verdict == "inconclusive"

@@ -246,3 +246,23 @@ def test_update_removes_an_entry_whose_case_now_passes_and_a_stale_one():
     failed = _run_of(_entry(failures=["terminate called without an active exception"]))
     upd = expectations.update(_abort(), [run, failed], expectations.known_cases())
     assert 'outcome = ["fail", "pass"]' in upd.new and "'pass' added" in upd.changes[0]
+
+
+def test_a_merged_matrix_run_is_judged_by_the_signature_of_every_round():
+    from harness.comparing import campaign
+
+    entries = expectations.parse(_abort())
+    abort = ("release_notes: killed by SIGABRT, 'terminate called': terminate called without "
+             "an active exception")
+    passed = _run_of(_entry("pass"))
+    failed = _run_of(_entry(failures=[abort]))
+    merged = campaign.merge_runs([passed, failed, passed], "matrix")
+    (e,) = merged.results
+    assert e.outcome == "fail" and e.details["failures"] == [abort]
+    assert expectations.judge_result(e, MACHINE, entries).status == "expected-fail"
+    # a round's failure the signature does not match makes the merged run unexpected
+    hung = _run_of(_entry(failures=["chains: timed out: still running"]))
+    (e,) = campaign.merge_runs([failed, passed, hung], "matrix").results
+    j = expectations.judge_result(e, MACHINE, entries)
+    assert j.status == "unexpected-fail" and "chains: timed out" in j.why
+    assert merged.notes[0].startswith("matrix: merged from 3 runs")

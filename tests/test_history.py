@@ -17,7 +17,7 @@ import torch
 from browser import visit
 
 from harness import cli
-from harness.records import MetricKey
+from harness.records import CaseKey, MetricKey
 from harness.releases import api_record, bisect, envs
 from suites.amp import gradscaler
 
@@ -284,13 +284,15 @@ def test_bisect_names_the_first_release_where_a_check_breaks(tmp_path):
     assert rec["machine"] and len(rec["project"]["commit"]) == 40 and rec["started"]
 
 
-class FakeChange:
-    def __init__(self, case, metric, labels, factor):
-        self.case, self.metric, self.labels, self.factor = case, metric, labels, factor
-        self.interval = [factor * 0.97, factor * 1.03]
-        self.verdict = ("regression" if factor > 1.05 else "improvement" if factor < 0.95
-                        else "unchanged")
-        self.why = ""
+def FakeChange(case: str, metric: str, labels: dict, factor: float):  # noqa: N802
+    """A verdict as a step of the matrix would give it: a change past 5% either way."""
+    from harness.comparing import compare
+
+    verdict = ("regression" if factor > 1.05 else "improvement" if factor < 0.95
+               else "unchanged")
+    return compare.Change(CaseKey.parse(case), metric, labels, "s", "time",
+                          compare.Verdict(verdict), 1.0, factor, factor,
+                          [factor * 0.97, factor * 1.03])
 
 
 def _fake_matrix(levels: dict[str, float], measured: list[list[str]]):

@@ -143,3 +143,52 @@ def test_machine_paths_are_scrubbed_from_records():
     out = records.scrub_paths(doc)
     assert out == {"traceback": 'File "<env>/lib/x.py"\nFile "<project>/harness/y.py"',
                    "nested": ["~/z"], "n": 1}
+
+
+def test_a_record_that_show_would_refuse_is_never_written(tmp_path):
+    path = tmp_path / "run.json"
+    records.write_run(path, a_run())
+    before = path.read_text()
+    bad = dataclasses.replace(a_run(), results=(dataclasses.replace(
+        a_run().results[0], metrics=(records.Metric("t", "0.5", "s"),)),))  # not a number
+    with pytest.raises(records.RecordError) as e:
+        records.write_run(path, bad)
+    assert "not written" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="outcome 'passed' is not one of pass, fail"):
+        dataclasses.replace(a_run().results[0], outcome="passed")  # refused where it is made
+    nan = dataclasses.replace(a_run(), results=(dataclasses.replace(
+        a_run().results[0], metrics=(records.Metric("t", float("nan"), "s"),)),))
+    with pytest.raises(records.RecordError):
+        records.write_run(path, nan)
+    assert path.read_text() == before  # the earlier record is kept whole
+    assert records.read_run(path) == a_run().__class__.from_json(json.loads(before))
+
+
+def test_a_case_key_is_written_and_read_back_as_stored_comparisons_keep_it():
+    key = records.CaseKey.of("rpc", "round_trip", "cpu", {"n": 2, "path": "tp-shm"})
+    assert str(key) == "rpc/round_trip[cpu n=2-path=tp-shm]"
+    assert records.CaseKey.parse(str(key)) == key
+    assert (key.case_id, key.unit) == ("rpc/round_trip", "rpc.round_trip")
+    bare = records.CaseKey.parse("amp/gemm_ladder[cpu default]")
+    assert bare == records.CaseKey("amp", "gemm_ladder", "cpu") and bare.params == ()
+    result = records.Result("rpc", "round_trip", "pass", device="cpu",
+                            params={"n": 2, "path": "tp-shm"})
+    assert result.case_key == key and result.key == str(key)
+    for text in ("amp/gemm_ladder", "amp[cpu default]", "a/b[cpu]", "a/b[cpu junk]"):
+        with pytest.raises(ValueError):
+            records.CaseKey.parse(text)
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("kind", "tme", "kind 'tme' is not one of time, latency"),
+    ("better", "up", "better 'up' is not higher or lower")])
+def test_a_figure_of_no_known_kind_or_direction_is_refused_where_it_is_recorded(field, value,
+                                                                               says):
+    from harness.cases import Context
+
+    ctx = Context("cpu", "quick", {})
+    with pytest.raises(ValueError, match=says):
+        ctx.metric("t", 1.0, "s", **{"kind": "time", "better": "lower", field: value})
+    assert ctx.metrics == []
+    m = ctx.metric("t", 1.0, "s", kind="time", better="lower")
+    assert m.kind == records.MetricKind.TIME and m.record().to_json()["kind"] == "time"

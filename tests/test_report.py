@@ -124,3 +124,23 @@ def test_every_suite_figure_in_a_real_browser(tmp_path):
     plots = sum(1 for f in made if f.svg)
     assert page.counts["svg"] >= plots and page.counts["h3"] >= len(registry.suite_names())
     assert page.screenshot.stat().st_size > 50_000
+
+
+def test_the_matrix_page_counts_changes_inside_the_tolerance_in_every_step():
+    """A step's `worse` and `better` are columns of the verdicts table, also for a record
+    written before them (its counts lack the keys: 0)."""
+    side = {"cases": {"amp/gemm[cpu default]": {"outcome": "pass", "warnings": []}},
+            "headlines": []}
+    step = {"from": "a", "to": "b", "changes": [], "headline_verdicts": []}
+    record = {"versions": [{"label": x, "torch": x} for x in "abc"], "rounds": 5,
+              "sides": dict.fromkeys("abc", side),
+              "steps": [{**step, "counts": {"regression": 0, "worse": 3, "better": 1}},
+                        {**step, "from": "b", "to": "c", "counts": {"regression": 1}}]}
+    page = report.build_matrix(record)
+    table = page[page.index('id="verdicts"'):]
+    heads = re.findall(r"<th>([^<]*)</th>", table)
+    assert heads[:5] == ["versions", "regression", "improvement", "worse", "better"]
+    rows = [re.findall(r"<td>([^<]*)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", table)
+            if "<td>" in r]
+    assert rows[0][:5] == ["a → b", "0", "0", "3", "1"]
+    assert rows[1][:5] == ["b → c", "1", "0", "0", "0"]

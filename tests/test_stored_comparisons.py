@@ -3,9 +3,10 @@
 tests/data holds the rounds of two real campaigns and the verdicts they were given when they
 ran: an ab of the GEMM ladder with a matmul slowdown planted on side B (6 rounds; 21
 regressions, 6 inconclusive), and a matrix of two environments where a fork/wait check breaks
-and a warning appears. Their folders use the layouts written before the campaign engine (an
-ab's rounds named by their place in the A B B A schedule, a matrix's by round), which the
-engine still reads.
+and a warning appears. The counts now name `worse` and `better` too (a significant change
+inside the tolerance, which was called `unchanged`); neither folder has a figure it could apply
+to. Their folders use the layouts written before the campaign engine (an ab's rounds named by
+their place in the A B B A schedule, a matrix's by round), which the engine still reads.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import shutil
 from pathlib import Path
 
-from harness.comparing import ab
+from harness.comparing import ab, compare
 from harness.releases import matrix
 
 DATA = Path(__file__).parent / "data"
@@ -33,12 +34,28 @@ def same_digits(doc):
     return doc
 
 
+def as_now(doc):
+    """A stored document with a count for every verdict judged now (the counts written before
+    `worse` and `better` lack them). Neither stored folder holds an `unchanged` figure, so no
+    verdict may differ: a new word could only replace a significant `unchanged`."""
+    if isinstance(doc, list):
+        return [as_now(v) for v in doc]
+    if not isinstance(doc, dict):
+        return doc
+    doc = {k: as_now(v) for k, v in doc.items()}
+    if "counts" in doc:
+        doc["counts"] = {v: doc["counts"].get(v, 0) for v in compare.VERDICTS}
+    return doc
+
+
 def test_a_stored_ab_is_judged_again_to_the_verdicts_it_was_given(tmp_path):
     folder = shutil.copytree(DATA / "ab-planted-gemm", tmp_path / "ab")
     stored = json.loads((folder / "comparison.json").read_text())
     res = ab.judge(folder)
-    assert same_digits([c.to_json() for c in res["changes"]]) == same_digits(stored["changes"])
+    assert same_digits([c.to_json() for c in res["changes"]]) == same_digits(
+        as_now(stored["changes"]))
     assert stored["counts"]["regression"] == 21 and stored["counts"]["inconclusive"] == 6
+    assert res["changes"] and not any(c["verdict"] == "unchanged" for c in stored["changes"])
     assert res["versions"] == {"A": "2.14.1+cu130", "B": "2.14.1+cu130"}
     # each side's merged run is written beside the rounds
     assert {"side-A.json", "side-B.json"} <= {p.name for p in folder.iterdir()}
@@ -48,7 +65,7 @@ def test_a_stored_matrix_is_judged_again_to_the_verdicts_it_was_given(tmp_path):
     folder = shutil.copytree(DATA / "matrix-planted-rate", tmp_path / "m")
     stored = json.loads((folder / "matrix.json").read_text())
     record = matrix.judge_again(folder)
-    assert same_digits(record["steps"]) == same_digits(stored["steps"])
+    assert same_digits(record["steps"]) == same_digits(as_now(stored["steps"]))
     outcomes = {label: {c: v["outcome"] for c, v in side["cases"].items()}
                 for label, side in record["sides"].items()}
     assert outcomes == {label: {c: v["outcome"] for c, v in side["cases"].items()}
@@ -59,3 +76,14 @@ def test_a_stored_matrix_is_judged_again_to_the_verdicts_it_was_given(tmp_path):
                                                     "warning went"}
     # a side's merged run is named by its position, whatever its label
     assert {"side-0.json", "side-1.json"} <= {p.name for p in folder.iterdir()}
+
+
+def test_an_ab_whose_side_has_no_rounds_is_one_error_line(tmp_path, capsys):
+    from harness import cli
+
+    folder = shutil.copytree(DATA / "ab-planted-gemm", tmp_path / "ab")
+    for rounds in (folder / "rounds").glob("*-B"):
+        shutil.rmtree(rounds)
+    assert cli.main(["ab", "--judge", str(folder), "--calibration", "none"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "side B has no rounds" in err, err

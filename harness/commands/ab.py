@@ -8,7 +8,7 @@ import sys
 
 from harness import records
 from harness.commands import common, judging
-from harness.commands.common import EXIT_FAILED, EXIT_OK, UsageError
+from harness.commands.common import UsageError
 
 # ab's rounds a side: A B, B A, A B, B A, A B
 DEFAULT_ROUNDS = 5
@@ -94,7 +94,7 @@ def main(args) -> int:
     judging.print_stages(res.get("judged", []))
     print("rounds' spread: " + judging.detectable_line(res["changes"]))
     print(f"both sides' runs and the comparison are in {res['dir']}")
-    return EXIT_FAILED if counts["regression"] else EXIT_OK
+    return judging.exit_status(counts)
 
 
 COMMANDS = (common.Command("ab", "the same cases in two Python environments, interleaved in "

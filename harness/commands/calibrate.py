@@ -10,6 +10,7 @@ from harness import records
 from harness.commands import ab as ab_command
 from harness.commands import common, judging
 from harness.commands.common import EXIT_OK, UsageError
+from harness.records import Design
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +48,7 @@ def main(args) -> int:
         raise UsageError("nothing to calibrate: no benchmark case matches the selection")
     root = Path(args.out) if args.out else calibration.CALIBRATIONS
     here = machine.fingerprint()
-    design = "duet" if args.duet else "sequential"
+    design = Design.DUET if args.duet else Design.SEQUENTIAL
     _keep_other_hardwares(calibration.path_for(here["name"], root, design), here, args.replace)
     started = records.now()
     try:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.cases import PROFILES
+from harness.records import Design
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -116,7 +117,7 @@ def read_calibration(args, fingerprint: dict | None = None):
     if spec == "none":
         return None, "calibration: none (--calibration none): conservative defaults"
     # a duet's rounds wander less than sequential ones: each design has its own calibration
-    design = "duet" if getattr(args, "duet", False) else "sequential"
+    design = Design.DUET if getattr(args, "duet", False) else Design.SEQUENTIAL
     fingerprint = fingerprint or machine.fingerprint()
     if spec is None:
         return calibration.for_machine(fingerprint, design=design)

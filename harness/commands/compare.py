@@ -6,7 +6,7 @@ import argparse
 
 from harness import records
 from harness.commands import common, judging
-from harness.commands.common import EXIT_FAILED, EXIT_OK, UsageError
+from harness.commands.common import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +59,7 @@ def main(args) -> int:
     counts = judging.print_changes(changes, args.all)
     if args.json:
         records.write_json_atomic(args.json, [c.to_json() for c in changes])
-    return EXIT_FAILED if counts["regression"] else EXIT_OK
+    return judging.exit_status(counts)
 
 
 COMMANDS = (common.Command("compare", "changes between two runs; exit 1 on regression",

@@ -74,14 +74,21 @@ def print_changes(changes, show_all: bool) -> dict[str, int]:
 
     rows = compare.changes_table(changes, show_all=show_all)
     print(summary.table_text(rows, limit=500) if rows else
-          "no regression, improvement or inconclusive figure")
+          "no regression, improvement, worse, better or inconclusive figure")
     counts = compare.counts(changes)
     judged = sum(1 for c in changes if c.adjusted is not None)
     print(", ".join(f"{n} {v}" for v, n in counts.items())
           + f" ({judged} figures tested; 95% intervals, false-discovery rate "
             f"{compare.stats.ALPHA:g} over them: regression = past the tolerance and "
-            "significant; unchanged = interval inside the tolerance; inconclusive = neither)")
+            "significant; worse/better = significant but inside the tolerance; unchanged = "
+            "interval inside the tolerance and no change shown; inconclusive = neither)")
     return counts
+
+
+def exit_status(counts: dict[str, int]) -> int:
+    """A comparison's exit status: failed exactly on a regression. A change inside the
+    tolerance (`worse`, `better`) and an inconclusive figure are listed, never failures."""
+    return common.EXIT_FAILED if counts["regression"] else common.EXIT_OK
 
 
 def units(suites: list[str], args, cal=None) -> list:  # of campaign.Unit

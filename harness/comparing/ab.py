@@ -108,7 +108,10 @@ def judge(base: Path, thresholds: dict[str, float] | None = None,
     except (OSError, ValueError) as e:
         raise CampaignError(f"{base}: not an ab folder ({e})") from e
     rounds_of = {"A": [], "B": [], **campaign.load_rounds(base)}
-    merged = {side: campaign.merge_runs(runs) for side, runs in rounds_of.items()}
+    if empty := [side for side, runs in rounds_of.items() if not runs]:
+        raise CampaignError(f"{base}: side {' and '.join(empty)} has no rounds in rounds/ "
+                            "(nothing to judge it by)")
+    merged = {side: campaign.merge_runs(runs, "ab") for side, runs in rounds_of.items()}
     versions = {side: meta[side]["torch"] for side in merged}
     more = meta.get("more_rounds", {})  # none before benchmarks had rounds of their own
     for side in merged:

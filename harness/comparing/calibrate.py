@@ -29,7 +29,7 @@ def _within_process(runs: list[Run]) -> dict[Key, dict[int, float]]:
     z = stats.t_quantile(1 - (1 - stats.CI_LEVEL) / 2, 1e6)
     for run in runs:
         for e in run.results:
-            case = e.key
+            case = e.case_key
             if e.valid:
                 for m in e.metrics:
                     sessions = m.sessions
@@ -52,7 +52,7 @@ def measure(a_runs: list[Run], b_runs: list[Run], machine: dict,
     against which each unit's factor is set."""
     reps = campaign.round_values(a_runs, b_runs)
     within_a, within_b = _within_process(a_runs), _within_process(b_runs)
-    kinds = {(e.key, m.key): m.kind for run in a_runs for e in run.results for m in e.metrics}
+    kinds = {(e.case_key, m.key): m.kind for run in a_runs for e in run.results for m in e.metrics}
     figures: dict[Key, Spread] = {}
     for key, rep in reps.items():
         if not rep.paired or kinds.get(key) in compare.NO_RELATIVE_SPREAD:
@@ -73,7 +73,7 @@ def measure(a_runs: list[Run], b_runs: list[Run], machine: dict,
         figures[key] = Spread(var, float(d.size - 1), per_process)
     families: dict[tuple[str, str], list[tuple[Key, Spread]]] = {}
     for key, s in figures.items():
-        families.setdefault((key[0].split("[")[0], kinds[key]), []).append((key, s))
+        families.setdefault((key[0].case_id, kinds[key]), []).append((key, s))
     family_spreads = {}
     for fam, members in families.items():
         variances = [s.variance for _, s in members]
@@ -86,7 +86,7 @@ def measure(a_runs: list[Run], b_runs: list[Run], machine: dict,
     need: dict[str, list[float]] = {}
     for key, s in figures.items():
         n = rounds_for(s.variance, target)
-        need.setdefault(campaign.unit_of(key[0]), []).append(math.inf if n is None else n)
+        need.setdefault(key[0].unit, []).append(math.inf if n is None else n)
     factors = {u: min(MAX_ROUNDS_FACTOR, max(1, math.ceil(float(np.median(need[u])) / rounds)))
                for u in units if u in need}
     return Calibration(records.scrub_paths(machine), figures, family_spreads, factors, "",

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import records, stats
-from harness.records import MetricKey
+from harness.records import CaseKey, Design, MetricKey
 
 ROOT = Path(__file__).resolve().parents[2]
 CALIBRATIONS = ROOT / "results" / "calibration"
@@ -37,7 +37,7 @@ SCHEMA = "release-bench-calibration/1"
 DEFAULT_ROUNDS = 8  # an A/A's rounds: df 7 per figure, more for a family
 # a round's log ratio is normal enough for its variance; the F-test that tells a level drawn
 # per process compares it with what each process's own samples or sessions predict
-Key = tuple[str, MetricKey]  # (result key, metric key), as compare.Replicates
+Key = tuple[CaseKey, MetricKey]  # (result key, metric key), as compare.Replicates
 
 
 @dataclass(frozen=True)
@@ -89,9 +89,9 @@ class Calibration:
     measured: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def design(self) -> str:
-        """The rounds it calibrates: "sequential" (ab's) or "duet" (ab --duet's)."""
-        return self.measured.get("design", "sequential")
+    def design(self) -> Design:
+        """The rounds it calibrates: sequential (ab's) or duet (ab --duet's)."""
+        return Design(self.measured.get("design", Design.SEQUENTIAL))
 
     def floor(self, key: Key, family: tuple[str, str], paired: bool) -> float | None:
         """The variance a figure's prior must reach: of a round's log ratio (paired), or of
@@ -111,11 +111,11 @@ class Calibration:
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA, "machine": self.machine, "measured": self.measured,
-            "figures": [{"case": k[0], "metric": k[1].name, "labels": dict(k[1].labels),
+            "figures": [{"case": str(k[0]), "metric": k[1].name, "labels": dict(k[1].labels),
                          "variance": s.variance, "df": s.df, "per_process": s.per_process}
                         # in the order of their names as people read them
                         for k, s in sorted(self.figures.items(),
-                                           key=lambda ks: (ks[0][0], ks[0][1].name,
+                                           key=lambda ks: (str(ks[0][0]), ks[0][1].name,
                                                            repr(list(ks[0][1].labels))))],
             "families": [{"case": f[0], "kind": f[1], "variance": s.variance, "df": s.df,
                           "sd_log_ratio": s.sd,
@@ -132,7 +132,7 @@ class Calibration:
     def from_json(cls, doc: dict[str, Any], source: str = "") -> Calibration:
         if doc.get("schema") != SCHEMA:
             raise ValueError(f"not a calibration ({doc.get('schema')!r})")
-        figures = {(f["case"], MetricKey.of(f["metric"], f["labels"])):
+        figures = {(CaseKey.parse(f["case"]), MetricKey.of(f["metric"], f["labels"])):
                    Spread(f["variance"], f["df"], f["per_process"]) for f in doc["figures"]}
         families = {(f["case"], f["kind"]): Spread(f["variance"], f["df"], f["per_process"])
                     for f in doc["families"]}
@@ -140,9 +140,10 @@ class Calibration:
                    doc.get("measured", {}))
 
 
-def path_for(machine_name: str, root: Path = CALIBRATIONS, design: str = "sequential") -> Path:
+def path_for(machine_name: str, root: Path = CALIBRATIONS,
+             design: Design = Design.SEQUENTIAL) -> Path:
     """`<machine>.json` for sequential rounds, `<machine>.duet.json` for a duet's."""
-    return root / (f"{machine_name}.json" if design == "sequential"
+    return root / (f"{machine_name}.json" if design == Design.SEQUENTIAL
                    else f"{machine_name}.{design}.json")
 
 
@@ -153,7 +154,7 @@ def read(path: Path | str) -> Calibration:
 
 
 def for_machine(fingerprint: dict, root: Path = CALIBRATIONS,
-                design: str = "sequential") -> tuple[Calibration | None, str]:
+                design: Design = Design.SEQUENTIAL) -> tuple[Calibration | None, str]:
     """This machine's calibration of `design` rounds, and one line saying which one is used
     (or why none)."""
     from harness.running import machine
@@ -162,7 +163,7 @@ def for_machine(fingerprint: dict, root: Path = CALIBRATIONS,
     fallback = ("conservative defaults: no sessions trusted alone, every family at least as "
                 "wide as its kind, no further rounds")
     if not path.exists():
-        again = "release-bench calibrate" + (" --duet" if design == "duet" else "")
+        again = "release-bench calibrate" + (" --duet" if design == Design.DUET else "")
         return None, (f"no calibration of {fingerprint.get('name')} ({path.name}): "
                       f"{fallback}; run `{again}`")
     try:

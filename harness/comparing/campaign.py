@@ -38,13 +38,15 @@ import numpy as np
 
 from harness import records, stats
 from harness.comparing import compare
-from harness.records import Metric, MetricKey, Result, Run
+from harness.records import Check, Design, Metric, MetricKey, Outcome, Result, Run
 
 if TYPE_CHECKING:  # calibration measures with this module's rounds
     from harness.comparing.calibration import Calibration
 
 ROOT = Path(__file__).resolve().parents[2]
-OUTCOME_ORDER = ("error", "fail", "invalid", "inconclusive", "pass", "skip", "n/a")  # worst first
+# worst first
+OUTCOME_ORDER = (Outcome.ERROR, Outcome.FAIL, Outcome.INVALID, Outcome.INCONCLUSIVE, Outcome.PASS,
+                 Outcome.SKIP, Outcome.NA)
 
 
 class CampaignError(Exception):
@@ -199,11 +201,6 @@ def more_rounds(units: list[Unit], rounds: int) -> dict[str, int]:
     return {u.name: u.rounds_of(rounds) for u in units if u.rounds_factor != 1}
 
 
-def unit_of(case_key: str) -> str:
-    """The benchmark unit that measured a result (`records.Result.key`: suite/case[...])."""
-    return case_key.split("[", 1)[0].replace("/", ".", 1)
-
-
 # ---------------------------------------------------------------- running and the folder
 
 def start_round(python: Path, selection: list[str], args: list[str], out: Path,
@@ -314,13 +311,13 @@ class Campaign:
 
 
 def run_alone(label: str, python: Path, units: list[Unit], run_args: list[str], folder: Path,
-              progress: Callable[[str], None]) -> Run:
+              progress: Callable[[str], None], by: str) -> Run:
     """One round of `units` in one environment (a campaign of one side, as `history` and an
-    outcome `bisect` record a release): its merged run."""
+    outcome `bisect` record a release): its run, merged by the command `by`."""
     run = Campaign(folder, [Side("0", label, python, torch_version(python))], units, run_args,
                    progress)
     run.run(plan(units, 1, rounds_wanted(units, 1)))
-    return merge_runs(load_rounds(run.base).get("0", []))
+    return merge_runs(load_rounds(run.base).get("0", []), by)
 
 
 def new_folder(out_dir: Path, kind: str) -> Path:
@@ -363,39 +360,68 @@ def _merge_metric(ms: list[Metric]) -> Metric:
         if pooled else None)
 
 
-def merge_entries(entries: list[Result]) -> Result:
-    """One result entry from the rounds of one case; contended rounds are left out of its
-    figures (and said so), unless every round was contended."""
+def _worst_check(checks: list[Check]) -> Check:
+    """Of one check's readings over the rounds, the one to keep: the first failure, else the
+    first inconclusive one, else the first pass."""
+    return min(checks, key=lambda c: 0 if c.failed else (1 if c.inconclusive else 2))
+
+
+def merge_entries(entries: list[Result], by: str) -> Result:
+    """One result entry from the rounds of one case, merged by the command `by` (ab, matrix,
+    history, ...): the worst outcome, with the reason and details of a round that had it;
+    every check, each at its worst reading over the rounds (a merged fail carries the checks
+    that failed, whichever round failed them); every round's listed failures
+    (`details["failures"]`, which expectation signatures are matched against). Contended
+    rounds are left out of its figures (and said so), unless every round was contended."""
     valid = [e for e in entries if e.valid]
     used = valid or entries
-    outcome = min((e.outcome for e in entries), key=OUTCOME_ORDER.index)
+    outcome = min((Outcome(e.outcome) for e in entries), key=OUTCOME_ORDER.index)
+    worst = next(e for e in entries if e.outcome == outcome)
     by_metric: dict[MetricKey, list[Metric]] = {}
     for e in used:
         for m in e.metrics:
             by_metric.setdefault(m.key, []).append(m)
+    # a check's identity in a round: its name and which of that name it is (a case may check
+    # one thing twice), so that no reading of another round stands in for it
+    by_check: dict[tuple[str, int], list[Check]] = {}
+    for e in entries:
+        seen: dict[str, int] = {}
+        for c in e.checks:
+            n = seen[c.name] = seen.get(c.name, -1) + 1
+            by_check.setdefault((c.name, n), []).append(c)
+    failures = list(dict.fromkeys(f for e in entries for f in e.details.get("failures") or ()))
     notes = list(dict.fromkeys(n for e in entries for n in e.notes))
     if len(valid) < len(entries):
-        notes.append(f"ab: {len(entries) - len(valid)} of {len(entries)} rounds "
+        notes.append(f"{by}: {len(entries) - len(valid)} of {len(entries)} rounds "
                      f"measured contended; "
                      + ("left out of the figures" if valid else "all kept: none valid"))
+    # a duet round's partner flag is of that round: the merged entry's validity is its
+    # telemetry's (a round measured alone is already left out of the figures)
+    details = {k: v for k, v in worst.details.items() if k != "duet"}
+    details |= {"rounds": len(entries), "rounds_used": len(used)}
+    if failures:
+        details["failures"] = failures
     return replace(
-        used[0], outcome=outcome,
-        reason=next((e.reason for e in entries if e.outcome == outcome and e.reason), ""),
-        metrics=tuple(_merge_metric(ms) for ms in by_metric.values()), notes=tuple(notes),
-        elapsed_s=sum(e.elapsed_s for e in entries),
-        details={"rounds": len(entries), "rounds_used": len(used)})
+        used[0], outcome=outcome.value, reason=worst.reason,
+        metrics=tuple(_merge_metric(ms) for ms in by_metric.values()),
+        checks=tuple(_worst_check(cs) for cs in by_check.values()), notes=tuple(notes),
+        elapsed_s=sum(e.elapsed_s for e in entries), details=details)
 
 
-def merge_runs(runs: list[Run]) -> Run:
-    """One run per side: its cases in first-seen order, each merged over the rounds."""
+def merge_runs(runs: list[Run], by: str) -> Run:
+    """One run per side: its cases in first-seen order, each merged over the rounds by the
+    command `by` (its notes name it)."""
+    if not runs:
+        raise CampaignError(f"{by}: no rounds to merge (a side that ran nothing)")
     grouped: dict[str, list[Result]] = {}
     for run in runs:
         for e in run.results:
             grouped.setdefault(e.key, []).append(e)
-    return replace(runs[0], results=tuple(merge_entries(es) for es in grouped.values()),
+    return replace(runs[0], results=tuple(merge_entries(es, by) for es in grouped.values()),
                    started=min(r.started for r in runs),
                    finished=max((r.finished or r.started) for r in runs),
-                   notes=(f"merged from {len(runs)} runs (fresh processes, interleaved)",))
+                   notes=(f"{by}: merged from {len(runs)} runs (fresh processes, "
+                          "interleaved)",))
 
 
 # ---------------------------------------------------------------- judging two sides
@@ -411,13 +437,14 @@ def _values(runs: list[Run]) -> tuple[dict[tuple, dict[int, tuple[float, list[fl
     duets = set()
     for run in runs:
         for e in run.results:
-            if (run.measured or {}).get("design") == "duet":
-                duets.add(e.key)
+            if (run.measured or {}).get("design") == Design.DUET:
+                duets.add(e.case_key)
             if e.valid:
                 for m in e.metrics:
                     if (v := compare.run_value(m)) is not None:
-                        out.setdefault((e.key, m.key), {})[seen.get(e.key, 0)] = (v, m.sessions)
-            seen[e.key] = seen.get(e.key, 0) + 1
+                        out.setdefault((e.case_key, m.key), {})[seen.get(e.case_key, 0)] = (
+                            v, m.sessions)
+            seen[e.case_key] = seen.get(e.case_key, 0) + 1
     return out, duets
 
 
@@ -500,8 +527,8 @@ def rounds_to_decide(changes: list[compare.Change], units: list[Unit],
     figure in any of them needs."""
     by_unit: dict[str, list[float]] = {}
     for c in changes:
-        if c.verdict == "inconclusive" and c.extra.get("se_log") is not None:
-            by_unit.setdefault(unit_of(c.case), []).append(
+        if c.verdict == compare.Verdict.INCONCLUSIVE and c.se_log is not None:
+            by_unit.setdefault(c.case.unit, []).append(
                 math.inf if c.rounds_to_decide is None else c.rounds_to_decide)
     out = {}
     for unit in units:
@@ -520,7 +547,7 @@ def stage(changes: list[compare.Change], done: dict[str, int], started: float) -
     each figure's verdict, and the minutes since the first round."""
     return {"rounds": dict(done), "minutes": round((time.monotonic() - started) / 60, 1),
             "counts": compare.counts(changes),
-            "verdicts": {f"{c.case} {c.name}": c.verdict for c in changes}}
+            "verdicts": {f"{c.case} {c.name}": c.verdict.value for c in changes}}
 
 
 @dataclass

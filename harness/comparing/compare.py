@@ -2,14 +2,17 @@
 change is a regression. docs/method.md gives the method in full; in short:
 
 Results are matched by (suite, case, device, params), metrics by name and labels. Each figure
-gets one of five verdicts, read off one 95% interval of its change, judged against its
+gets one of seven verdicts, read off one 95% interval of its change, judged against its
 kind's tolerance (PyTorch HUD's: ratios and throughputs 0.95x, times and latencies 1.15x,
 bytes 1.10x; 5% for every kind in `ab`):
 
 - `regression` / `improvement`: it moved past the tolerance in its bad (good) direction,
   and the change is significant;
+- `worse` / `better`: the change is significant, in its bad (good) direction, but its
+  interval lies inside the tolerance band: a change that fails nothing, never "unchanged";
 - `unchanged`: its interval lies inside the tolerance band (an equivalence test: two
-  one-sided tests at 2.5% each), so no change that matters;
+  one-sided tests at 2.5% each) and the change is not significant, so nothing moved that
+  matters;
 - `inconclusive`: neither; the row gives the change it could detect and about how many
   rounds would decide it;
 - `unverified`: not judged: no samples, measured contended, no direction, or a spread between
@@ -38,8 +41,9 @@ is judged by Fisher's exact test on the trials' counts. Comparing runs of differ
 
 from __future__ import annotations
 
+import enum
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -47,78 +51,170 @@ import numpy as np
 from harness import stats
 from harness.cases import metric_id
 from harness.comparing.calibration import Calibration
-from harness.records import Metric, MetricKey, Run
+from harness.records import CaseKey, Metric, MetricKey, MetricKind, Run
 
+K = MetricKind
 # kind -> tolerated relative change in the bad direction: 0.05 means a speedup may fall to
 # 0.95x of the baseline, 0.15 that a latency may grow to 1.15x.
 DEFAULT_THRESHOLDS: dict[str, float] = {
-    "ratio": 0.05,
-    "throughput": 0.05,
-    "time": 0.15,
-    "latency": 0.15,
-    "bytes": 0.10,
-    "overhead": 0.15,
-    "error": 0.15,
+    K.RATIO: 0.05,
+    K.THROUGHPUT: 0.05,
+    K.TIME: 0.15,
+    K.LATENCY: 0.15,
+    K.BYTES: 0.10,
+    K.OVERHEAD: 0.15,
+    K.ERROR: 0.15,
     # a share of trials that ended badly (processes that aborted at exit): any rise, if
     # significant
-    "rate": 0.0,
+    K.RATE: 0.0,
 }
 # `ab` interleaves both sides in fresh processes on one machine, so drift falls on both alike
 # and the test sees the variance between processes: there the tolerance is the 5% that
 # release dashboards flag (PyTorch HUD 5%, TorchBench 7%). A rate keeps its 0: any
 # significant rise in processes that end badly counts, here as in `compare`.
-AB_THRESHOLDS: dict[str, float] = {kind: 0.05 for kind in DEFAULT_THRESHOLDS} | {"rate": 0.0}
+AB_THRESHOLDS: dict[str, float] = {kind: 0.05 for kind in DEFAULT_THRESHOLDS} | {K.RATE: 0.0}
 # Absolute slack for kinds whose baseline may be near zero or negative (an error of 0 B, an
 # overhead of -0.3%), where a relative change means nothing.
-ABSOLUTE_SLACK = {"error": 1e-9, "overhead": 1.0}
+ABSOLUTE_SLACK = {K.ERROR: 1e-9, K.OVERHEAD: 1.0}
 # kinds whose samples are one per fresh process (a trial's 0/1 outcome): the two-sample test
 # on them already sees the variance between processes, so no history or rounds are needed
-PER_PROCESS = ("rate",)
+PER_PROCESS = (K.RATE,)
 HISTORY_RUNS = 10  # the most recent runs a band is estimated from
-VERDICTS = ("regression", "improvement", "inconclusive", "unchanged", "unverified", "new",
-            "gone")
 
 
-@dataclass
+class Verdict(enum.StrEnum):
+    """A figure's verdict (docs/method.md, section 6), worst first as tables list them."""
+
+    REGRESSION = "regression"  # past the tolerance in the bad direction, and significant
+    IMPROVEMENT = "improvement"  # past it in the good direction, and significant
+    WORSE = "worse"  # significant in the bad direction, its interval inside the tolerance
+    BETTER = "better"  # significant in the good direction, its interval inside the tolerance
+    INCONCLUSIVE = "inconclusive"  # neither a change nor its absence shown
+    UNCHANGED = "unchanged"  # its interval inside the tolerance, and no change shown
+    UNVERIFIED = "unverified"  # not judged
+    NEW = "new"  # a case on the candidate's side only
+    GONE = "gone"  # a case on the baseline's side only
+
+
+VERDICTS = tuple(Verdict)
+CHANGES = (Verdict.REGRESSION, Verdict.IMPROVEMENT)  # past the tolerance
+# the fields of a change judged on the spread between runs, kept under "extra" on disk (the
+# layout of comparison.json before they were typed)
+_BETWEEN_FIELDS = ("judged_on", "p_within", "p_between", "se_log", "df", "judged_factor",
+                   "interval_within_runs")
+
+
+@dataclass(frozen=True)
 class Change:
-    case: str  # suite/case[device params]
-    metric: str  # the metric's name
+    """One figure's (or case's) verdict, made once from everything `decide` knows of it."""
+
+    case: CaseKey
+    metric: str  # the metric's name; "(outcome)" or "(case)" for a case
     labels: dict[str, Any]
     unit: str
     kind: str
-    baseline: float | None
-    candidate: float | None
-    factor: float | None  # candidate / baseline
-    # confidence interval of the factor: from the spread between runs when it is known
-    # (history, ab's rounds), else from the two runs' samples (see `decide`)
-    interval: list[float | None] | None
-    pvalue: float | None  # the two-sample test's, before correction
-    adjusted: float | None = None  # after the false-discovery-rate correction
-    verdict: str = "inconclusive"  # until `decide` judges it
+    verdict: Verdict
+    baseline: float | None = None
+    candidate: float | None = None
+    factor: float | None = None  # candidate / baseline
+    # 95% interval of the change: of the judged change where the spread between runs is known
+    # (history, ab's rounds), else of the factor from the two runs' samples
+    interval: list[float | None] | None = None
+    pvalue: float | None = None  # the two-sample test's, before correction
+    adjusted: float | None = None  # of the change, after the false-discovery-rate correction
     why: str = ""
     beyond: int = 0  # +1 past the tolerance in the good direction, -1 in the bad, 0 within
     better: str | None = None  # "higher" or "lower": which way is good
     allowed: float | None = None  # the tolerance, as an absolute change of the baseline
-    band: list[float] | None = None  # the history's band for the candidate value
-    detectable: float | None = None  # the history's minimum detectable change (relative)
+    band: list[float] | None = None  # where the candidate would sit had nothing changed
+    detectable: float | None = None  # the minimum detectable change (relative)
     adjusted_equivalence: float | None = None  # the equivalence test's, after the correction
     # about how many rounds in all would decide an inconclusive figure at its spread
     rounds_to_decide: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    # judged on the spread between runs (None where it is unknown): the two tests' p-values,
+    # the judged log change's standard error and degrees of freedom, the judged factor (the
+    # mean of the rounds' log ratios, or the run values' against the history's), the
+    # samples' own interval, and "sessions" where every run value is its sessions' mean
+    p_within: float | None = None
+    p_between: float | None = None
+    se_log: float | None = None
+    df: float | None = None
+    judged_factor: float | None = None
+    interval_within_runs: list[float | None] | None = None
+    judged_on: str | None = None
 
     @property
     def name(self) -> str:
         return metric_id(self.metric, self.labels)
 
+    @property
+    def metric_key(self) -> tuple[CaseKey, MetricKey]:
+        """Its figure's identity, as `Replicates` and calibrations key it."""
+        return self.case, MetricKey.of(self.metric, self.labels)
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        doc = {f.name: getattr(self, f.name) for f in fields(self)
+               if f.name not in _BETWEEN_FIELDS}
+        doc["case"], doc["verdict"] = str(self.case), self.verdict.value
+        doc["extra"] = {k: getattr(self, k) for k in _BETWEEN_FIELDS
+                        if getattr(self, k) is not None}
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Change:
         """A stored change (a comparison.json's), ignoring fields this version does not
-        know."""
+        know; ValueError on one that is not a change."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in doc.items() if k in known})
+        values = {k: v for k, v in {**doc, **(doc.get("extra") or {})}.items() if k in known}
+        values["case"] = CaseKey.parse(values["case"])
+        values["verdict"] = Verdict(values["verdict"])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One figure's change as the two runs themselves show it (its samples), before the
+    spread between runs and the other figures judge it; `unjudged` says why it will not be
+    judged, if so."""
+
+    case: CaseKey
+    a: Metric
+    b: Metric
+    factor: float | None
+    interval: list[float | None] | None
+    pvalue: float | None
+    allowed: float | None
+    unjudged: str = ""
+
+    @property
+    def kind(self) -> str:
+        return self.b.kind
+
+    @property
+    def baseline(self) -> float | None:
+        return self.a.value
+
+    @property
+    def candidate(self) -> float | None:
+        return self.b.value
+
+    @property
+    def key(self) -> tuple[CaseKey, MetricKey]:
+        return self.case, self.b.key
+
+    def change(self, verdict: Verdict, why: str = "", **judged: Any) -> Change:
+        """Its verdict, with what judging it found."""
+        b = self.b
+        return Change(self.case, b.name, dict(b.labels), b.unit, b.kind, verdict,
+                      self.a.value, b.value, self.factor, judged.pop("interval", self.interval),
+                      self.pvalue, why=why, better=b.better, allowed=self.allowed,
+                      beyond=judged.pop("beyond", _beyond(b.better, self.allowed, self.a.value,
+                                                          b.value)), **judged)
+
+
+def case_change(case: CaseKey, what: str, kind: str, verdict: Verdict, why: str = "") -> Change:
+    """A verdict on a case rather than a figure: new, gone, or an outcome's regression."""
+    return Change(case, what, {}, "", kind, verdict, why=why)
 
 
 def _allowed(kind: str, va: float | None, thresholds: dict[str, float]) -> float | None:
@@ -137,10 +233,10 @@ def _beyond(better: str | None, allowed: float | None, va: float | None,
     return -1 if gain < -allowed else (1 if gain > allowed else 0)
 
 
-def compare_metric(case: str, a: Metric, b: Metric, thresholds: dict[str, float],
-                   invalid: str | None = None) -> Change:
-    """One metric's change; its verdict is provisional until `decide` sees all p-values."""
-    kind, better = b.kind, b.better
+def compare_metric(case: CaseKey, a: Metric, b: Metric, thresholds: dict[str, float],
+                   invalid: str | None = None) -> Measured:
+    """One metric's change as the two runs' samples show it (`decide` judges it)."""
+    kind = b.kind
     va, vb = a.value, b.value
     factor = vb / va if va not in (None, 0) and vb is not None else None
     sa, sb = a.samples or [], b.samples or []
@@ -149,7 +245,7 @@ def compare_metric(case: str, a: Metric, b: Metric, thresholds: dict[str, float]
     pvalue = None
     by_session = (stats.session_shift(a.sessions, b.sessions)
                   if not invalid and a.sessions and b.sessions else None)
-    if not invalid and sa and sb and kind == "rate":
+    if not invalid and sa and sb and kind == K.RATE:
         pvalue = stats.rate_pvalue(sa, sb)
     elif by_session is not None:
         # measured in sessions: the sessions are the independent draws, not the calls pooled
@@ -169,18 +265,15 @@ def compare_metric(case: str, a: Metric, b: Metric, thresholds: dict[str, float]
             scale = factor / own if factor and own > 0 else 1.0
             interval = [lo * scale, None if hi is None else hi * scale]
         pvalue = stats.shift_pvalue(sa, sb, q)
-    allowed = _allowed(kind, va, thresholds)
-    c = Change(case, b.name, dict(b.labels), b.unit, kind, va, vb, factor,
-               interval, pvalue, beyond=_beyond(better, allowed, va, vb), better=better,
-               allowed=allowed)
+    unjudged = ""
     if invalid:
-        c.verdict, c.why = "unverified", invalid
-    elif better not in ("higher", "lower") or kind not in thresholds:
-        c.verdict, c.why = "unverified", "a figure for context: no direction or tolerance"
+        unjudged = invalid
+    elif b.better not in ("higher", "lower") or kind not in thresholds:
+        unjudged = "a figure for context: no direction or tolerance"
     elif pvalue is None:
-        c.verdict = "unverified"
-        c.why = "no samples" if not (sa and sb) else f"fewer than {stats.MIN_SAMPLES} samples"
-    return c
+        unjudged = "no samples" if not (sa and sb) else f"fewer than {stats.MIN_SAMPLES} samples"
+    return Measured(case, a, b, factor, interval, pvalue, _allowed(kind, va, thresholds),
+                    unjudged)
 
 
 class RoundValues(NamedTuple):
@@ -198,18 +291,18 @@ class RoundValues(NamedTuple):
 
 
 # (result key, metric key) -> that metric's run-level values
-Replicates = dict[tuple[str, MetricKey], RoundValues]
+Replicates = dict[tuple[CaseKey, MetricKey], RoundValues]
 
 
-def _family(c: Change) -> tuple[str, str]:
+def _family(m: Measured) -> tuple[str, str]:
     """Metrics whose run-to-run spread is alike: one case's figures of one kind (its times,
     its latencies, its ratios), across parameters and labels (models, sizes, paths)."""
-    return c.case.split("[")[0], c.kind
+    return m.case.case_id, m.kind
 
 
 # kinds whose figures sit near zero or change sign (an error of 0 B, an overhead of -0.3%):
 # no relative spread between runs; changes past their (absolute) tolerance stay unverified
-NO_RELATIVE_SPREAD = ("error", "overhead", "value", "count", "rate")
+NO_RELATIVE_SPREAD = (K.ERROR, K.OVERHEAD, K.VALUE, K.COUNT, K.RATE)
 MAX_LOG_BAND = math.log(1000.0)  # a band wider than 1000x is reported as none
 # Paired rounds (or a duet's swapped pairs) that a verdict either way needs when no calibration
 # of this machine floors their spread. A figure whose level is drawn per process (a profiler
@@ -219,14 +312,22 @@ MAX_LOG_BAND = math.log(1000.0)  # a band wider than 1000x is reported as none
 MIN_ROUNDS_UNCALIBRATED = 5
 
 
-def _key(c: Change) -> tuple[str, MetricKey]:
-    return c.case, MetricKey.of(c.metric, c.labels)
+class Between(NamedTuple):
+    """The moderated test of a figure's run-level values."""
+
+    p: float  # of no change
+    se: float  # of the log change
+    df: float
+    change: float  # the log change of the run values (the judged change)
+    paired: bool  # judged on rounds' ratios (ab), or runs against a history
+    rounds: int  # the baseline's run values (the rounds, in ab)
+    on_sessions: bool  # every run value is its sessions' geometric mean
 
 
-def between_runs(changes: list[Change], replicates: Replicates, floors: dict | None = None,
-                 cal: Calibration | None = None) -> dict[int, tuple]:
-    """For each change (by index) the moderated test of its run-level values: (p, se, df,
-    log change of the run values). A figure's prior spread is its family's, held at least at
+def between_runs(changes: list[Measured], replicates: Replicates, floors: dict | None = None,
+                 cal: Calibration | None = None) -> dict[int, Between]:
+    """For each figure (by index) the moderated test of its run-level values (`Between`).
+    A figure's prior spread is its family's, held at least at
     the floors: `floors` (metric key -> variance of its log values in the machine's history)
     and the calibration's (`cal`), since a figure that flips between two levels from one
     process to the next (a small autocast GEMM here: 0.13 or 0.20 ms) can look steady in a
@@ -238,7 +339,7 @@ def between_runs(changes: list[Change], replicates: Replicates, floors: dict | N
     groups: dict[tuple[str, str, bool], list[list[list[float]]]] = {}
     sides = {}
     for i, c in enumerate(changes):
-        rep = replicates.get(_key(c))
+        rep = replicates.get(c.key)
         if rep is None or c.candidate is None or c.kind in NO_RELATIVE_SPREAD:
             continue
         a, b, paired, within = rep
@@ -264,7 +365,7 @@ def between_runs(changes: list[Change], replicates: Replicates, floors: dict | N
         c = changes[i]
         paired = family[2]
         prior, prior_df = priors[family], stats.PRIOR_DF
-        trusted = cal is not None and cal.trusts_sessions(_key(c))
+        trusted = cal is not None and cal.trusts_sessions(c.key)
         if (paired and within is not None and trusted
                 and not _rounds_exceed(a, b, within)):
             # the metric's own spread, from its sessions, where this machine's calibration
@@ -276,12 +377,12 @@ def between_runs(changes: list[Change], replicates: Replicates, floors: dict | N
             # however alike the few runs happen to be (two runs of Gloo's 64 KiB p90 at 4.0 ms
             # each, then a run at 0.14 ms from the same code)
             prior = within[0] if prior is None else max(prior, within[0])
-        floor = (floors or {}).get(_key(c))
+        floor = (floors or {}).get(c.key)
         if floor is not None:
             # the history's variance is of one run's value; a ratio of two has twice that
             floor = 2 * floor if paired else floor
             prior = floor if prior is None else max(prior, floor)
-        if cal is not None and (floor := cal.floor(_key(c), family[:2], paired)) is not None:
+        if cal is not None and (floor := cal.floor(c.key, family[:2], paired)) is not None:
             prior = floor if prior is None else max(prior, floor)
         if paired:
             res = stats.moderated_paired_test(a, b, prior, prior_df)
@@ -290,10 +391,9 @@ def between_runs(changes: list[Change], replicates: Replicates, floors: dict | N
         if res is not None:
             # the log change on the scale judged (run values), to centre the band with
             change = float(np.mean(np.log(b)) - np.mean(np.log(a)))
-            if within is not None:  # every run value is its sessions' geometric mean
-                c.extra["judged_on"] = "sessions"
-            out[i] = (*res, change, paired, len(a))
+            out[i] = Between(*res, change, paired, len(a), on_sessions=within is not None)
     return out
+
 
 
 def _rounds_exceed(a: list[float], b: list[float], within: tuple[float, float]) -> bool:
@@ -309,12 +409,12 @@ def _rounds_exceed(a: list[float], b: list[float], within: tuple[float, float]) 
     return stats.variance_exceeds(float(np.var(d, ddof=1)), d.size - 1, var, df)
 
 
-def _band(c: Change) -> tuple[float, float] | None:
+def _band(allowed: float | None, baseline: float | None) -> tuple[float, float] | None:
     """The tolerance band of the factor, as log bounds: [log(1 - t), log(1 + t)] for a
     relative tolerance t (the kind's, or its absolute slack over the baseline)."""
-    if c.allowed is None or not c.baseline:
+    if allowed is None or not baseline:
         return None
-    t = c.allowed / abs(c.baseline)
+    t = allowed / abs(baseline)
     return (math.log1p(-t) if t < 1 else -math.inf), math.log1p(t)
 
 
@@ -342,28 +442,68 @@ def _rounds_to_decide(centre: float, half: float, band: tuple[float, float],
     return max(rounds + 1, math.ceil(rounds * (half / need) ** 2))
 
 
+
+
+
 def _pct(t: float) -> str:
     return f"{100 * t:.3g}%"
 
 
-def decide(changes: list[Change], replicates: Replicates | None,
+class _Judging(NamedTuple):
+    """What judging a figure on the spread between runs found, before its verdict."""
+
+    interval: list[float]
+    centre: float  # the judged factor
+    beyond: int
+    detectable: float | None
+    band: list[float] | None
+    rounds_to_decide: int | None
+
+
+def decide(measured: list[Measured], replicates: Replicates | None,
            alpha: float = stats.ALPHA, floors: dict | None = None,
-           cal: Calibration | None = None) -> None:
-    """Verdicts, in place (see the module's docstring). Without replicates the spread between
-    runs is unknown: every figure is then unverified (but for rates, whose trials are
-    independent processes)."""
-    between = between_runs(changes, replicates, floors, cal) if replicates else {}
-    tested = [i for i, c in enumerate(changes)
-              if c.pvalue is not None and c.verdict == "inconclusive" and not c.why]
-    t95 = {}
+           cal: Calibration | None = None) -> list[Change]:
+    """Each figure's verdict (see the module's docstring), made once it is known how every
+    figure tested. Without replicates the spread between runs is unknown: every figure is
+    then unverified (but for rates, whose trials are independent processes)."""
+    between = between_runs(measured, replicates, floors, cal) if replicates else {}
+    tested = [i for i, m in enumerate(measured) if m.pvalue is not None and not m.unjudged]
+    t95 = {df: stats.t_quantile(1 - alpha / 2, df) for df in {b.df for b in between.values()}}
     diff_p, equiv_p = [], []
     for i in tested:
-        c = changes[i]
-        if i not in between:
-            diff_p.append(c.pvalue)
+        m = measured[i]
+        if (b := between.get(i)) is None:
+            diff_p.append(m.pvalue)
             equiv_p.append(1.0)  # no interval of the change between runs: nothing shown
             continue
-        p_between, se, df, change, _, _ = between[i]
+        diff_p.append(max(m.pvalue, b.p))  # both must be significant
+        band = _band(m.allowed, m.baseline)
+        equiv_p.append(_equivalence_p(b.change, b.se, b.df, band) if band else 1.0)
+    adjusted = dict(zip(tested, stats.adjust(diff_p), strict=True))
+    adjusted_eq = dict(zip(tested, stats.adjust(equiv_p), strict=True))
+    crit = {df: stats.t_quantile(1 - alpha / (2 * len(tested)), df)
+            for df in {b.df for b in between.values()}} if tested else {}
+    out = []
+    for i, m in enumerate(measured):
+        if i not in adjusted:  # not judged: what its run values are, all the same
+            on_sessions = i in between and between[i].on_sessions
+            out.append(m.change(Verdict.UNVERIFIED, m.unjudged,
+                                judged_on="sessions" if on_sessions else None))
+            continue
+        p, q, b = adjusted[i], adjusted_eq[i], between.get(i)
+        judging = _judging(m, b, t95, crit) if b is not None else None
+        verdict, why = _verdict(m, judging, p, q, alpha, len(tested))
+        if (cal is None and b is not None and b.paired and b.rounds < MIN_ROUNDS_UNCALIBRATED
+                and verdict not in (Verdict.INCONCLUSIVE, Verdict.UNVERIFIED)):
+            why = (f"would be {verdict} ({why}), but {b.rounds} paired rounds decide nothing "
+                   f"without this machine's calibration (at least {MIN_ROUNDS_UNCALIBRATED}: "
+                   f"a level drawn per process lines up on fewer by chance)")
+            verdict = Verdict.INCONCLUSIVE
+        if b is not None and b.on_sessions:
+            why += f"; judged on its sessions' geometric mean, {judging.centre:.3g}x"
+        if b is None:
+            out.append(m.change(verdict, why, adjusted=p, adjusted_equivalence=q))
+            continue
         # The interval is of the change judged (the mean log ratio of the rounds, or the
         # difference of mean log values of the runs), so that it excludes 1 exactly when the
         # between-run test is significant at 5%; the factor of the reported values (ab's
@@ -371,95 +511,91 @@ def decide(changes: list[Change], replicates: Replicates | None,
         # against the judged change too: a pooled quantile of calls whose level flips by
         # session moves where the sessions do not (a 4 MiB TCP p90 was 1.054x pooled, 1.04x
         # on its sessions).
-        centre = math.exp(change)
-        c.extra.update(p_within=c.pvalue, p_between=p_between, se_log=se, df=df,
-                       judged_factor=centre, interval_within_runs=c.interval)
-        c.beyond = _beyond(c.better, c.allowed, c.baseline, c.baseline * centre)
-        t = t95.setdefault(df, stats.t_quantile(1 - alpha / 2, df))
-        c.interval = [centre * math.exp(-t * se), centre * math.exp(t * se)]
-        diff_p.append(max(c.pvalue, p_between))  # both must be significant
-        band = _band(c)
-        equiv_p.append(_equivalence_p(change, se, df, band) if band else 1.0)
-    adjusted = stats.adjust(diff_p)
-    adjusted_eq = stats.adjust(equiv_p)
-    crit = {}
-    for i, p, q in zip(tested, adjusted, adjusted_eq, strict=True):
-        c = changes[i]
-        c.adjusted, c.adjusted_equivalence = p, q
-        band = _band(c)
-        if i in between:
-            _, se, df, change, paired, rounds = between[i]
-            # the smallest change this many tests and this spread let through
-            t = crit.setdefault(df, stats.t_quantile(1 - alpha / (2 * len(tested)), df))
-            if t * se < MAX_LOG_BAND:  # else no change of any size could be told from noise
-                c.detectable = float(np.expm1(t * se))
-                # where the candidate would sit had nothing changed, on the reported scale
-                centre = c.candidate / math.exp(change) if c.candidate > 0 else c.baseline
-                c.band = [centre * float(np.exp(-t * se)), centre * float(np.exp(t * se))]
-            if paired and band:
-                c.rounds_to_decide = _rounds_to_decide(
-                    change, t95[df] * se, band, rounds)
-        _verdict(c, p, q, alpha, i in between, len(tested))
-        if (cal is None and i in between and between[i][4]
-                and between[i][5] < MIN_ROUNDS_UNCALIBRATED
-                and c.verdict in ("regression", "improvement", "unchanged")):
-            c.why = (f"would be {c.verdict} ({c.why}), but {between[i][5]} paired rounds "
-                     f"decide nothing without this machine's calibration (at least "
-                     f"{MIN_ROUNDS_UNCALIBRATED}: a level drawn per process lines up on fewer "
-                     f"by chance)")
-            c.verdict = "inconclusive"
-        if c.extra.get("judged_on") == "sessions":
-            c.why += f"; judged on its sessions' geometric mean, {c.extra['judged_factor']:.3g}x"
+        out.append(m.change(
+            verdict, why, adjusted=p, adjusted_equivalence=q, interval=judging.interval,
+            beyond=judging.beyond, detectable=judging.detectable, band=judging.band,
+            rounds_to_decide=judging.rounds_to_decide, p_within=m.pvalue, p_between=b.p,
+            se_log=b.se, df=b.df, judged_factor=judging.centre,
+            interval_within_runs=m.interval, judged_on="sessions" if b.on_sessions else None))
+    return out
 
 
-def _verdict(c: Change, p: float, q: float, alpha: float, spread_known: bool,
-             tested: int) -> None:
+def _judging(m: Measured, b: Between, t95: dict[float, float],
+             crit: dict[float, float]) -> _Judging:
+    """A figure's interval, position against its tolerance, detectable change, band and the
+    rounds that would decide it, from its test between runs."""
+    centre = math.exp(b.change)
+    half = t95[b.df] * b.se
+    detectable = band = None
+    t = crit[b.df]  # the smallest change this many tests and this spread let through
+    if t * b.se < MAX_LOG_BAND:  # else no change of any size could be told from noise
+        detectable = float(np.expm1(t * b.se))
+        # where the candidate would sit had nothing changed, on the reported scale
+        mid = m.candidate / centre if m.candidate > 0 else m.baseline
+        band = [mid * float(np.exp(-t * b.se)), mid * float(np.exp(t * b.se))]
+    tolerance = _band(m.allowed, m.baseline)
+    rounds = (_rounds_to_decide(b.change, half, tolerance, b.rounds)
+              if b.paired and tolerance else None)
+    return _Judging([centre * math.exp(-half), centre * math.exp(half)], centre,
+                    _beyond(m.b.better, m.allowed, m.baseline, m.baseline * centre),
+                    detectable, band, rounds)
+
+
+def _verdict(m: Measured, judging: _Judging | None, p: float, q: float, alpha: float,
+             tested: int) -> tuple[Verdict, str]:
     """One figure's verdict and why, from its adjusted p-values: `p` of a change, `q` of its
-    equivalence."""
-    if c.allowed == 0:
+    equivalence; `judging` is None where the spread between runs is unknown."""
+    if m.allowed == 0:
         tol = "0"  # a rate: any rise counts
     else:
-        tol = _pct(c.allowed / abs(c.baseline)) if c.allowed is not None and c.baseline else "?"
-    if not spread_known and c.kind not in PER_PROCESS:
-        c.verdict = "unverified"
-        c.why = ("the spread between runs is unknown (no history: --history, or ab); "
-                 f"within-run p {c.pvalue:.2g}")
-        return
-    lo, hi = c.interval if c.interval and None not in c.interval else (None, None)
+        tol = _pct(m.allowed / abs(m.baseline)) if m.allowed is not None and m.baseline else "?"
+    if judging is None and m.kind not in PER_PROCESS:
+        return Verdict.UNVERIFIED, ("the spread between runs is unknown (no history: "
+                                    f"--history, or ab); within-run p {m.pvalue:.2g}")
+    if judging is not None:
+        interval, beyond, centre = judging.interval, judging.beyond, judging.centre
+    else:  # a rate, judged on its trials
+        interval = m.interval
+        beyond = _beyond(m.b.better, m.allowed, m.baseline, m.candidate)
+        centre = m.factor
+    lo, hi = interval if interval and None not in interval else (None, None)
     excludes_one = lo is not None and (lo > 1 or hi < 1)
-    if c.beyond and p < alpha:
-        c.verdict = "regression" if c.beyond < 0 else "improvement"
-        c.why = f"past the {tol} tolerance and significant (adjusted p {p:.2g})"
-        return
+    if beyond and p < alpha:
+        return (Verdict.REGRESSION if beyond < 0 else Verdict.IMPROVEMENT,
+                f"past the {tol} tolerance and significant (adjusted p {p:.2g})")
+    if q < alpha and p < alpha:
+        # a change shown, inside the tolerance: a change all the same, never "unchanged" (drift
+        # below a tolerance piles up unseen until it breaks it)
+        gain = math.log(centre) * (1 if m.b.better == "higher" else -1)
+        return (Verdict.WORSE if gain < 0 else Verdict.BETTER,
+                f"significant (adjusted p {p:.2g}) but inside the {tol} tolerance "
+                f"(equivalence, adjusted p {q:.2g})")
     if q < alpha:
-        c.verdict = "unchanged"
-        c.why = (f"significant (adjusted p {p:.2g}) but inside the {tol} tolerance"
-                 if p < alpha else f"inside the {tol} tolerance")
-        c.why += f" (equivalence, adjusted p {q:.2g})"
-        return
-    c.verdict = "inconclusive"
-    if c.kind in PER_PROCESS:
-        c.why = (f"a rate's tolerance is {tol}: no interval shows it unchanged; its rise "
-                 f"was not significant (adjusted p {p:.2g})")
-        return
-    if c.beyond:
-        c.why = f"past the {tol} tolerance but not significant (adjusted p {p:.2g})"
+        return Verdict.UNCHANGED, f"inside the {tol} tolerance (equivalence, adjusted p {q:.2g})"
+    if m.kind in PER_PROCESS:
+        return Verdict.INCONCLUSIVE, (f"a rate's tolerance is {tol}: no interval shows it "
+                                      f"unchanged; its rise was not significant (adjusted p "
+                                      f"{p:.2g})")
+    if beyond:
+        why = f"past the {tol} tolerance but not significant (adjusted p {p:.2g})"
         if excludes_one:
-            c.why += f": its interval excludes 1, but not after the correction over {tested}"
+            why += f": its interval excludes 1, but not after the correction over {tested}"
     elif p < alpha:
-        c.why = f"a significant change (adjusted p {p:.2g}) that may reach past the {tol} tolerance"
+        why = f"a significant change (adjusted p {p:.2g}) that may reach past the {tol} tolerance"
     elif excludes_one:
-        c.why = (f"its interval excludes 1, but over {tested} figures the change is not "
-                 f"significant (adjusted p {p:.2g}), and it reaches past the {tol} tolerance")
-    elif lo is not None and math.log(lo) > (b := _band(c))[0] and math.log(hi) < b[1]:
-        c.why = (f"its interval lies inside the {tol} tolerance, but not after the correction "
-                 f"over {tested} figures (adjusted equivalence p {q:.2g})")
+        why = (f"its interval excludes 1, but over {tested} figures the change is not "
+               f"significant (adjusted p {p:.2g}), and it reaches past the {tol} tolerance")
+    elif (lo is not None and (band := _band(m.allowed, m.baseline))
+          and math.log(lo) > band[0] and math.log(hi) < band[1]):
+        why = (f"its interval lies inside the {tol} tolerance, but not after the correction "
+               f"over {tested} figures (adjusted equivalence p {q:.2g})")
     else:
-        c.why = f"its interval reaches past the {tol} tolerance"
-    if c.detectable is not None:
-        c.why += f"; detectable change {_pct(c.detectable)}"
-    if c.rounds_to_decide is not None:
-        c.why += f"; about {c.rounds_to_decide} rounds would decide it"
+        why = f"its interval reaches past the {tol} tolerance"
+    if judging is not None and judging.detectable is not None:
+        why += f"; detectable change {_pct(judging.detectable)}"
+    if judging is not None and judging.rounds_to_decide is not None:
+        why += f"; about {judging.rounds_to_decide} rounds would decide it"
+    return Verdict.INCONCLUSIVE, why
 
 
 def compare_runs(base: Run, cand: Run, thresholds: dict[str, float] | None = None,
@@ -471,36 +607,40 @@ def compare_runs(base: Run, cand: Run, thresholds: dict[str, float] | None = Non
     history's spread of each metric is a floor under the rounds'. `cal` is this machine's
     calibration (None: the conservative rules, see harness.comparing.calibration)."""
     th = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
-    base_by_key = {e.key: e for e in base.results}
-    changes: list[Change] = []
+    base_by_key = {e.case_key: e for e in base.results}
+    cases: list[Change] = []  # verdicts on whole cases, listed before their figures' verdicts
+    measured: list[Measured] = []
+    order: list[tuple[str, int]] = []  # where each verdict goes among the cases' and figures'
     for e in cand.results:
-        key = e.key
+        key = e.case_key
         old = base_by_key.pop(key, None)
         if old is None:
-            changes.append(Change(key, "(case)", {}, "", "case", None, None, None, None, None,
-                                  verdict="new"))
+            cases.append(case_change(key, "(case)", "case", Verdict.NEW))
+            order.append(("case", len(cases) - 1))
             continue
         # A case that failed on a rate (some of its fresh processes aborted at exit) may pass
         # or fail by chance from run to run: its rate metrics are judged instead, below.
-        by_rate = e.outcome == "fail" and any(m.kind == "rate" for m in e.metrics)
+        by_rate = e.outcome == "fail" and any(m.kind == K.RATE for m in e.metrics)
         if old.outcome == "pass" and e.outcome in ("fail", "error") and not by_rate:
-            changes.append(Change(key, "(outcome)", {}, "", "conformance", None, None, None,
-                                  None, None, verdict="regression",
-                                  why=f"passed, now {e.outcome}: {e.reason[:200]}"))
+            cases.append(case_change(key, "(outcome)", "conformance", Verdict.REGRESSION,
+                                     f"passed, now {e.outcome}: {e.reason[:200]}"))
+            order.append(("case", len(cases) - 1))
         invalid = old.contended() or e.contended()
         old_metrics = {m.key: m for m in old.metrics}
         for m in e.metrics:
             if m.key in old_metrics:
-                changes.append(compare_metric(key, old_metrics[m.key], m, th, invalid))
-    changes.extend(Change(k, "(case)", {}, "", "case", None, None, None, None, None,
-                          verdict="gone") for k in base_by_key)
+                measured.append(compare_metric(key, old_metrics[m.key], m, th, invalid))
+                order.append(("figure", len(measured) - 1))
+    for k in base_by_key:
+        cases.append(case_change(k, "(case)", "case", Verdict.GONE))
+        order.append(("case", len(cases) - 1))
     floors = None
     if history and replicates is None:
         replicates = history_replicates(history, cand)
     elif history:  # ab's rounds, with the machine's history as a floor under each spread
         floors = history_floors(history)
-    decide(changes, replicates, alpha, floors, cal)
-    return changes
+    figures = decide(measured, replicates, alpha, floors, cal)
+    return [cases[i] if what == "case" else figures[i] for what, i in order]
 
 
 # --- history ----------------------------------------------------------------------------
@@ -547,15 +687,15 @@ def history_replicates(runs: list[Run], cand: Run | None = None) -> Replicates:
     `cand`. A figure measured in sessions also brings the variance of one run's value that
     its sessions predict (pooled over those runs): a floor under its spread between runs,
     which two or three runs can understate (`between_runs`)."""
-    series: dict[tuple[str, MetricKey], list[tuple[float, list | None]]] = {}
+    series: dict[tuple[CaseKey, MetricKey], list[tuple[float, list | None]]] = {}
     for run in runs[-HISTORY_RUNS:]:
         for e in run.results:
             if not e.valid:
                 continue
             for m in e.metrics:
                 if (v := run_value(m)) is not None:
-                    series.setdefault((e.key, m.key), []).append((v, m.sessions))
-    in_cand = {(e.key, m.key): m for e in (cand.results if cand else ()) if e.valid
+                    series.setdefault((e.case_key, m.key), []).append((v, m.sessions))
+    in_cand = {(e.case_key, m.key): m for e in (cand.results if cand else ()) if e.valid
                for m in e.metrics}
     out = {}
     for k, v in series.items():
@@ -581,7 +721,7 @@ def fmt_change(c: Change) -> str:
     factor differs from it, that too (`1.18x [1.09, 1.27] (values 1.21x)`)."""
     if c.factor is None:
         return ""
-    judged = c.extra.get("judged_factor") or c.factor
+    judged = c.judged_factor or c.factor
     text = f"{judged:.3g}x"
     if c.interval and None not in c.interval:
         text += f" [{c.interval[0]:.3g}, {c.interval[1]:.3g}]"
@@ -591,19 +731,20 @@ def fmt_change(c: Change) -> str:
 
 
 def counts(changes: list[Change]) -> dict[str, int]:
-    return {v: sum(c.verdict == v for c in changes) for v in VERDICTS}
+    """How many figures got each verdict (every verdict, 0 where none did)."""
+    return {v.value: sum(c.verdict == v for c in changes) for v in VERDICTS}
 
 
 def changes_table(changes: list[Change], show_all: bool = False) -> list[dict[str, Any]]:
     order = {v: i for i, v in enumerate(VERDICTS)}
     rows = []
-    for c in sorted(changes, key=lambda c: (order[c.verdict], c.case, c.name)):
+    for c in sorted(changes, key=lambda c: (order[c.verdict], str(c.case), c.name)):
         # regressions, improvements and inconclusive figures are always listed; unchanged
         # and unverified ones with --all, or where a figure moved past its tolerance
         if not show_all and c.verdict in ("unchanged", "unverified") and not c.beyond:
             continue
         rows.append({
-            "verdict": c.verdict, "case": c.case, "metric": c.name, "kind": c.kind,
+            "verdict": c.verdict.value, "case": str(c.case), "metric": c.name, "kind": c.kind,
             "baseline": c.baseline, "candidate": c.candidate, "change": fmt_change(c),
             "p_adj": "" if c.adjusted is None else f"{c.adjusted:.2g}",
             "why": c.why,

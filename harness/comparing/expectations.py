@@ -50,7 +50,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from harness.formats import fmt_percent, fmt_rate
-from harness.records import Metric, Result, Run
+from harness.records import CaseKey, Metric, Outcome, Result, Run
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -59,8 +59,9 @@ else:  # pragma: no cover - Python 3.10
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_FILE = ROOT / "expectations.toml"
-OUTCOMES = ("pass", "fail", "error", "skip")
-FAILED = ("fail", "error")
+# the outcomes an entry may expect (records.Outcome), and those that are failures
+OUTCOMES = (Outcome.PASS, Outcome.FAIL, Outcome.ERROR, Outcome.SKIP)
+FAILED = (Outcome.FAIL, Outcome.ERROR)
 CONDITIONS = ("torch", "device", "platform", "python")
 KEYS = {"case", "outcome", "signature", "issue", "summary", "when", "rate"}
 # what `update` writes where a ticket is still to be named; `load` refuses it
@@ -217,7 +218,7 @@ def load(path: str | Path | None = None) -> list[Expectation]:
 class Judged:
     """A result's status under the expectations, and why."""
 
-    key: str  # suite/case[device params]
+    key: CaseKey  # the result's
     outcome: str  # the case's own outcome
     status: str
     why: str = ""
@@ -272,7 +273,7 @@ def _label(m: Metric) -> str:
 
 def judge_result(entry: Result, machine: dict, expectations: Sequence[Expectation]) -> Judged:
     """One result entry's status (see the module's docstring)."""
-    key = f"{entry.case_id}[{entry.device}]"
+    key = entry.case_key
     outcome = entry.outcome
     applicable = [x for x in expectations
                   if x.matches_case(entry.suite, entry.case) and x.applies(machine, entry.device)]

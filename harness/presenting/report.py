@@ -169,6 +169,7 @@ def build(runs: list[records.Run], title: str = "torch-release-bench report") ->
 def _matrix_view(record: dict) -> dict[str, Any]:
     """The release matrix as the template shows it: features x versions, the changes, and
     headline figures x versions with each version's verdict against the one before."""
+    from harness.comparing.compare import VERDICTS
     from harness.presenting.summary import fmt_metric
 
     labels = [v["label"] for v in record["versions"]]
@@ -204,7 +205,9 @@ def _matrix_view(record: dict) -> dict[str, Any]:
             "changes": changes, "rounds": record["rounds"],
             "machine": (record.get("machine") or {}).get("name", ""),
             "started": record.get("started", ""),
-            "counts": [{"step": f"{s['from']} → {s['to']}", **s["counts"]}
+            # every verdict a column, those of records judged before `worse` and `better` too
+            "counts": [{"step": f"{s['from']} → {s['to']}",
+                        **{v: s["counts"].get(v, 0) for v in VERDICTS}}
                        for s in record["steps"]]}
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from harness.cases import metric_id, param_id
 from harness.formats import fmt_rate, fmt_value
 from harness.records import Metric, Result, Run
+from harness.records import Outcome as O
 
 
 def fmt_metric(m: Metric) -> str:
@@ -125,8 +126,8 @@ def run_summary(run: Run, tables: bool = True) -> str:
     lines.append(_rows_to_text(rows))
     counts = Counter(e.outcome for e in run.results)
     lines.append("totals: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in
-                                        ("pass", "fail", "error", "skip", "n/a", "invalid",
-                                         "inconclusive")))
+                                        (O.PASS, O.FAIL, O.ERROR, O.SKIP, O.NA, O.INVALID,
+                                         O.INCONCLUSIVE)))
     if judged := run.expectations:
         lines.append(f"expectations ({judged['source']}): " + ", ".join(
             f"{n} {s}" for s, n in judged["counts"].items() if n and s in EXPECTATION_STATUSES)

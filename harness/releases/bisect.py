@@ -10,10 +10,11 @@ What differs is one of:
 - a figure of a benchmark case (`--metric`), judged by the campaign engine: each step is a
   three-sided campaign of the interval's ends and its middle, rotated round by round
   (`matrix`), and the two halves are judged as `matrix` judges neighbours. The change
-  is in the half whose verdict is a change in the direction GOOD -> BAD shows, the other half
-  unchanged or inconclusive. A step where both halves change (the change is spread over both)
-  or neither does (it is too small for these rounds) ends the search there, saying so; it
-  never guesses.
+  is in the half whose verdict is a change past the tolerance in the direction GOOD -> BAD
+  shows, the other half unchanged, inconclusive, or changed inside the tolerance (`worse`,
+  `better`: too small for the tolerance the search is for). A step where both halves change
+  (the change is spread over both) or neither does (it is too small for these rounds) ends
+  the search there, saying so; it never guesses.
 
 The record (`bisect.json`) keeps every step: the releases measured, each half's verdict,
 factor and interval, and the minutes it took.
@@ -29,14 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from harness import records
-from harness.comparing import campaign
+from harness.comparing import campaign, compare
 from harness.comparing.calibration import Calibration
 from harness.comparing.campaign import CampaignError, Unit
 from harness.records import MetricKey
 from harness.releases import envs, matrix
 
 SCHEMA = "release-bench-bisect/1"
-CHANGES = ("regression", "improvement")
+CHANGES = compare.CHANGES  # past the tolerance: a step's change (worse/better are not)
 
 
 def parse_metric(text: str) -> MetricKey:
@@ -69,7 +70,7 @@ def _state(version: str, python: Path, unit: Unit, case: str, scratch: Path,
     """The case's outcome and warnings in one release (one fresh process)."""
     side = matrix.summarize_side(campaign.run_alone(
         version, python, [unit], ["--profile", "quick"],
-        campaign.new_folder(scratch, f"bisect-{version}"), progress))
+        campaign.new_folder(scratch, f"bisect-{version}"), progress, "bisect"))
     mine = {k: c for k, c in side["cases"].items() if k.startswith(f"{case}[")}
     if not mine:
         raise CampaignError(f"torch {version} ran no {case}")
@@ -111,12 +112,11 @@ def bisect_outcome(releases: list[str], unit: Unit, case: str, scratch: Path,
 
 
 def _verdict(changes: list, case: str, metric: MetricKey) -> dict[str, Any] | None:
-    mine = [c for c in changes if c.case.startswith(f"{case}[")
-            and MetricKey.of(c.metric, c.labels) == metric]
+    mine = [c for c in changes if c.case.case_id == case and c.metric_key[1] == metric]
     if not mine:
         return None
     c = mine[0]
-    return {"verdict": c.verdict, "factor": c.factor, "interval": c.interval, "why": c.why}
+    return {"verdict": c.verdict.value, "factor": c.factor, "interval": c.interval, "why": c.why}
 
 
 def bisect_metric(releases: list[str], unit: Unit, case: str, metric: MetricKey,

@@ -79,7 +79,8 @@ def record_release(label: str, python: Path, env: envs.TorchEnv | None, units: l
     """One release's history record (see the module's docstring)."""
     t0 = time.monotonic()
     merged = campaign.run_alone(label, python, units, run_args,
-                                campaign.new_folder(scratch, f"history-{label}"), progress)
+                                campaign.new_folder(scratch, f"history-{label}"), progress,
+                                "history")
     judged = None
     if expected is not None:  # entries name the torch versions they hold for
         judged = expectations.judge_run(merged, expected[0], expected[1],

@@ -193,7 +193,7 @@ def judge(base: Path, labels: list[str], versions: dict[str, str],
     the version before it. `extension` is what further rounds were run (`campaign.extend`).
     The record returned also holds every step's verdicts as `all_changes`, and each step's
     as `step_changes` (neither written)."""
-    merged = {label: campaign.merge_runs(runs[label]) for label in labels}
+    merged = {label: campaign.merge_runs(runs[label], "matrix") for label in labels}
     judged = {}
     for label in labels:
         if expected is not None:  # each version by its own torch: entries name versions
@@ -215,11 +215,9 @@ def judge(base: Path, labels: list[str], versions: dict[str, str],
                         for h in summary[this]["headlines"]}
         steps.append({
             "from": prev, "to": this, "counts": compare.counts(changes),
-            "verdicts": [c.to_json() for c in changes if c.verdict in ("regression",
-                                                                       "improvement")],
+            "verdicts": [c.to_json() for c in changes if c.verdict in compare.CHANGES],
             "headline_verdicts": [c.to_json() for c in changes
-                                  if (c.case, MetricKey.of(c.metric, c.labels))
-                                  in headline_ids],
+                                  if (str(c.case), c.metric_key[1]) in headline_ids],
             "changes": outcome_changes(summary[prev], summary[this], prev, this)})
     record = {
         "schema": SCHEMA, "machine": machine.fingerprint(), "started": merged[labels[0]].started,

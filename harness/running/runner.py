@@ -29,6 +29,7 @@ import torch
 
 from harness import cases, records
 from harness.cases import Case, Context, FeatureAbsent, Params, Skip, param_id
+from harness.records import Design, Outcome
 from harness.running import machine
 from harness.running.launch import LaunchError
 from harness.running.telemetry import Telemetry
@@ -202,8 +203,8 @@ def execute(
     if stderr_distinct:
         ctx.details["stderr"] = stderr_distinct
     tel_summary = sampler.summary(ctx.iterations) if sampled else None
-    if outcome == "fail" and (contended := _contended_reason(ctx, tel_summary)):
-        outcome, reason = "invalid", contended
+    if outcome == Outcome.FAIL and (contended := _contended_reason(ctx, tel_summary)):
+        outcome, reason = Outcome.INVALID, contended
     result = records.Result(
         case.suite, case.name, outcome, reason[:MAX_REASON], kind=case.kind, device=device,
         params=dict(params), started=started, elapsed_s=round(time.perf_counter() - t0, 3),
@@ -223,29 +224,29 @@ def _run_guarded(case: Case, ctx: Context, sampler) -> tuple[str, str]:
             raise Skip("CUDA is not available on this machine")
         release = cases.torch_release()
         if gap := cases.declared_absence(case.since, ctx.device, ctx.params, release):
-            return "n/a", gap.reason(release)
+            return Outcome.NA, gap.reason(release)
         torch.manual_seed(0)
         with sampler:
             case.func(ctx)
     except FeatureAbsent as e:
         ctx.check(f"{e.what} works", False, _absent_detail(case, ctx, e))
     except Skip as e:
-        return "skip", str(e)
+        return Outcome.SKIP, str(e)
     except LaunchError as e:
         ctx.details["workers"] = e.failures_json()
-        return "error", str(e)
+        return Outcome.ERROR, str(e)
     except Exception as e:
         ctx.details["traceback"] = traceback.format_exc()
-        return "error", f"{type(e).__name__}: {e}".splitlines()[0]
+        return Outcome.ERROR, f"{type(e).__name__}: {e}".splitlines()[0]
     if failed := [c for c in ctx.checks if c.failed]:
-        return "fail", _checks_reason(ctx, failed)
+        return Outcome.FAIL, _checks_reason(ctx, failed)
     if undecided := [c for c in ctx.checks if c.inconclusive]:
-        return "inconclusive", _checks_reason(ctx, undecided, "inconclusive")
+        return Outcome.INCONCLUSIVE, _checks_reason(ctx, undecided, "inconclusive")
     if case.kind == "conformance" and not ctx.checks:
-        return "error", "conformance case recorded no checks"
+        return Outcome.ERROR, "conformance case recorded no checks"
     if case.kind == "benchmark" and not (ctx.metrics or ctx.checks):
-        return "error", "benchmark case recorded no metrics"
-    return "pass", ""
+        return Outcome.ERROR, "benchmark case recorded no metrics"
+    return Outcome.PASS, ""
 
 
 INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -321,7 +322,7 @@ def _measured(barrier: Barrier | None) -> dict[str, Any]:
     """How this process measures: alone or as a side of a duet, on which CPUs, with how many
     intra-op threads."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return {"design": "sequential" if barrier is None else "duet", "cpus": cpus,
+    return {"design": Design.SEQUENTIAL if barrier is None else Design.DUET, "cpus": cpus,
             "threads": torch.get_num_threads()}
 
 
