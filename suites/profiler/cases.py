@@ -357,7 +357,10 @@ def _release_notes_checks(ctx: Context, api: str, ops: dict) -> None:
 # --- peak live memory ------------------------------------------------------------------------
 
 
-@suite.conformance(devices=("cpu", "cuda"))
+# `step_batch`, `step_image`: the resnet18 training step profiled on CUDA (the release notes'
+# input size)
+@suite.conformance(devices=("cpu", "cuda"), settings={
+    p: {"step_batch": 5, "step_image": 224} for p in ("quick", "full")})
 def peak_memory(ctx: Context) -> None:
     """Peak live memory rebuilt from the memory records equals a known sequence's peak, and
     on CUDA torch.cuda.max_memory_allocated (also over a resnet18 training step)."""
@@ -365,7 +368,8 @@ def peak_memory(ctx: Context) -> None:
     run, analytic = truth.allocation_sequence(device)
     workloads = {"allocation sequence": run}
     if cuda:
-        workloads["resnet18 training step"] = model_step(device, "off", batch=5, image=224)
+        workloads["resnet18 training step"] = model_step(
+            device, "off", batch=ctx.settings["step_batch"], image=ctx.settings["step_image"])
     rows = []
     for api in _apis(ctx, apis.KINETO_APIS):
         for name, fn in workloads.items():
