@@ -342,3 +342,25 @@ def test_peak_memory(cuda_rehearsal, monkeypatch):
     profiler_breaks.drop_frees(monkeypatch)
     broken = r.run(profiler.suite, "peak_memory")
     assert failed(broken) == {c.name for c in entry.checks}  # the sequence's checks too
+
+
+def test_resnet18_ops(cuda_rehearsal, monkeypatch):
+    """Each op's device bytes against the analytic blocks, the whole forward against the
+    allocator's delta; and every check failing with each event's bytes scaled x1.5 and 4 B
+    added (the case's two breaks at once: one run instead of two).
+
+    The in-place ops' checks fail in the rehearsal, for the stand-ins: the placement mode
+    calls relu_ again (two events per call), and the counting mode's references to its
+    outputs move the frees of the downsample shortcuts into aten::add_."""
+    r = cuda_rehearsal("H200")
+    entry = r.run(profiler.suite, "resnet18_ops", passes=1)
+    in_place = {f"{api}: {op} equals analytic" for api in profiler_apis.API_NAMES
+                for op in ("aten::relu_", "aten::add_")}
+    assert failed(entry) == in_place, entry.reason
+    assert {f"{api}: forward total equals the allocator's delta"
+            for api in profiler_apis.API_NAMES} <= {c.name for c in entry.checks}
+    (whole,) = [row for row in entry.tables["per_op"] if row["op"] == "whole forward"]
+    assert whole["profiler_B"] == whole["autograd_B"] == whole["legacy_B"] > 0
+    profiler_breaks.skew_memory(monkeypatch, factor=1.5, offset=4)
+    broken = r.run(profiler.suite, "resnet18_ops")
+    assert failed(broken) == {c.name for c in entry.checks}

@@ -11,7 +11,7 @@ from harness.adapters.pytest_adapter import (
     conformance_tests,
     workload_benchmarks,
 )
-from suites.profiler import apis, truth
+from suites.profiler import apis, cases, truth
 from suites.profiler.cases import fmt_memory, suite
 
 test_conformance = conformance_tests(suite)
@@ -85,3 +85,14 @@ def test_allocation_sequence_peak_on_cpu() -> None:
 def test_unknown_api_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown profiler API"):
         apis.open_profiler("nvtx", "cpu")
+
+
+def test_error_column_of_a_row_no_api_fills() -> None:
+    """On CUDA batch_norm's row carries no API figure (not checked per op): no error, no
+    max() of nothing."""
+    rows = cases._with_error_column([
+        {"op": "aten::batch_norm", "calls": 20, "analytic_B": 512, "why": "output"},
+        {"op": "aten::conv2d", "calls": 20, "analytic_B": 512, "profiler_B": 1024,
+         "autograd_B": 512, "why": "output"}])
+    assert [r["error_B"] for r in rows] == [None, 512]
+    assert list(rows[0])[-1] == "why"
