@@ -8,10 +8,14 @@ here too, and shows the check failing on the rehearsed GPU."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from suites.amp import cases as amp
 from suites.amp import gpus, training
 from suites.amp import test_breaks as amp_breaks
+from suites.profiler import apis as profiler_apis
+from suites.profiler import cases as profiler
+from suites.profiler import test_breaks as profiler_breaks
 from suites.telemetry import cases as telemetry
 from suites.telemetry import test_breaks as telemetry_breaks
 
@@ -205,3 +209,158 @@ def test_parity_check_fails_when_autocast_precision_is_too_low(cuda_rehearsal, m
     monkeypatch.setattr(F, "linear", amp_breaks._float8_linear(F.linear))
     bad = failed(amp_breaks.run("accuracy_parity", "cuda"))
     assert bad == {f"{m} ends within 5% of the fp32 loss" for m in amp.AMP_MODES["cuda"]}
+
+
+# ---- rpc and ddp_rpc on CUDA: the bookkeeping around TensorPipe's device maps -------------
+
+
+def test_rpc_device_maps():
+    """On CUDA each worker maps GPU 0 to GPU 0 towards every other worker; on CPU, none."""
+    from suites.rpc.caller import device_maps
+
+    assert device_maps(0, 2, "cuda") == {"worker1": {0: 0}}
+    assert device_maps(1, 3, "cuda:0") == {"worker0": {0: 0}, "worker2": {0: 0}}
+    assert device_maps(0, 2, "cpu") == {}
+
+
+def test_tensorpipe_takes_the_cuda_device_maps(cuda_rehearsal):
+    """The maps as joined() gives them to TensorPipe's options, on the rehearsed GPU (what
+    TensorPipe does with them at init needs the GPU: rpc's CUDA round trip is gpu-only)."""
+    from torch.distributed import rpc
+
+    from suites.rpc.caller import device_maps
+
+    cuda_rehearsal("H200")
+    opts = rpc.TensorPipeRpcBackendOptions(init_method="tcp://127.0.0.1:1")
+    for peer, device_map in device_maps(0, 2, "cuda").items():
+        opts.set_device_map(peer, device_map)
+    assert {peer: {int(k.index): int(v.index) for k, v in m.items()}
+            for peer, m in opts.device_maps.items()} == {"worker1": {0: 0}}
+
+
+@pytest.mark.parametrize(("gpus", "devices"), [(1, ["cuda:0", "cuda:0"]),
+                                               (2, ["cuda:0", "cuda:1"]),
+                                               (4, ["cuda:0", "cuda:1"])])
+def test_ddp_rpc_trainers_take_the_gpus_in_turn(gpus, devices):
+    import torch
+
+    from suites.ddp_rpc.model import TRAINER_RANKS
+    from suites.ddp_rpc.workers import trainer_device
+
+    assert [trainer_device("cuda", r, gpus) for r in TRAINER_RANKS] == list(
+        map(torch.device, devices))
+    assert trainer_device("cpu", TRAINER_RANKS[1], gpus) == torch.device("cpu")
+
+
+def test_ddp_rpc_trainers_on_the_rehearsed_gpu(cuda_rehearsal):
+    import torch
+
+    from suites.ddp_rpc.model import TRAINER_RANKS
+    from suites.ddp_rpc.workers import trainer_device
+
+    cuda_rehearsal("H200")  # one GPU: both trainers share it
+    assert {trainer_device("cuda", r) for r in TRAINER_RANKS} == {torch.device("cuda", 0)}
+    with pytest.raises(ValueError, match="need a GPU; 0 visible"):
+        trainer_device("cuda", TRAINER_RANKS[0], gpus=0)
+
+
+# ---- profiler on CUDA: the device memory records, in the allocator's blocks ---------------
+
+# the smallest grid with a block rounded up (7 floats: 512 B) and one exact (1000 floats)
+ALLOCATIONS = {"allocations": (profiler.Allocations(("empty", "zeros"), (torch.float32,),
+                                                    ((7,), (1000,))),)}
+
+
+def test_known_allocations(cuda_rehearsal):
+    r = cuda_rehearsal("H200")
+    entry = r.run(profiler.suite, "known_allocations", **ALLOCATIONS)
+    assert entry.outcome == "pass", entry.reason
+    assert {c.name for c in entry.checks} == {
+        f"{api}: {what}" for api in profiler_apis.API_NAMES
+        for what in ("allocations report the true bytes", "frees report the same bytes, negative",
+                     "bytes equal the allocator's allocated-bytes delta")}
+    rows = entry.tables["accuracy"]
+    assert [row["truth_B"] for row in rows] == [512, 4096, 512, 4096]
+    assert all(row["allocator_B"] == row["profiler_B"] == row["truth_B"] for row in rows)
+
+
+def each_check_fails_under_a_break(r, monkeypatch, name: str, settings: dict) -> None:
+    """What test_breaks shows on a GPU: every check of the profiler case `name` fails under
+    one of its breaks, on the rehearsed GPU."""
+    r.small(profiler.suite, name, **settings)
+    checks = {c.name for c in profiler_breaks.run(name, "cuda").checks}
+    caught: set[str] = set()
+    for brk in profiler_breaks.CASE_BREAKS[name]:
+        with monkeypatch.context() as mp:
+            profiler_breaks.BREAKS[brk](mp)
+            entry = profiler_breaks.run(name, "cuda")
+        assert entry.outcome == "fail", f"{brk}: {entry.outcome}: {entry.reason}"
+        caught |= failed(entry)
+    assert checks and caught == checks, f"never failed: {sorted(checks - caught)}"
+
+
+def test_known_allocations_fail_when_the_profiler_is_broken(cuda_rehearsal, monkeypatch):
+    each_check_fails_under_a_break(cuda_rehearsal("H200"), monkeypatch, "known_allocations",
+                                   ALLOCATIONS)
+
+
+def test_known_allocations_fail_when_the_allocator_reports_wrong_bytes(cuda_rehearsal):
+    r = cuda_rehearsal("H200")
+    r.stand_in.allocator.reported = 1.25  # the allocator's figures and its profiler records
+    entry = r.run(profiler.suite, "known_allocations", **ALLOCATIONS)
+    assert entry.outcome == "fail"
+    assert failed(entry) == {f"{api}: {what}" for api in profiler_apis.API_NAMES for what in
+                             ("allocations report the true bytes",
+                              "frees report the same bytes, negative")}
+
+
+# the smallest resnet18 training step: 32x32 images come out of its pooling as 1x1, and
+# batch norm in training needs two values per channel
+STEP_MEMORY = {"step_batch": 2, "step_image": 32}
+
+
+def test_peak_memory(cuda_rehearsal, monkeypatch):
+    """The peak rebuilt from the device memory records against max_memory_allocated and the
+    analytic peak, in the allocator's blocks; and its checks failing with the frees dropped.
+
+    The training step's checks fail in the rehearsal, for want of a stand-in: the host's
+    allocator reports no free of a block allocated before profiling began (torch warns so),
+    and the step frees the gradients of the warm-up step (zero_grad(set_to_none=True)); the
+    caching allocator on a GPU reports those frees. So the step's rebuilt peak keeps the old
+    gradients and the new."""
+    r = cuda_rehearsal("H200")
+    entry = r.run(profiler.suite, "peak_memory", **STEP_MEMORY)
+    step = {f"{api}: resnet18 training step peak equals max_memory_allocated"
+            for api in profiler_apis.KINETO_APIS}
+    assert failed(entry) == step, entry.reason
+    rows = {row["case"]: row for row in entry.tables["peak"]}
+    for api in profiler_apis.KINETO_APIS:
+        sequence = rows[f"allocation sequence [{api}]"]
+        assert sequence["reconstructed_B"] == sequence["max_memory_allocated_B"] \
+            == sequence["analytic_B"] > 0
+        assert rows[f"resnet18 training step [{api}]"]["error_B"] > 0  # the old gradients
+    profiler_breaks.drop_frees(monkeypatch)
+    broken = r.run(profiler.suite, "peak_memory")
+    assert failed(broken) == {c.name for c in entry.checks}  # the sequence's checks too
+
+
+def test_resnet18_ops(cuda_rehearsal, monkeypatch):
+    """Each op's device bytes against the analytic blocks, the whole forward against the
+    allocator's delta; and every check failing with each event's bytes scaled x1.5 and 4 B
+    added (the case's two breaks at once: one run instead of two).
+
+    The in-place ops' checks fail in the rehearsal, for the stand-ins: the placement mode
+    calls relu_ again (two events per call), and the counting mode's references to its
+    outputs move the frees of the downsample shortcuts into aten::add_."""
+    r = cuda_rehearsal("H200")
+    entry = r.run(profiler.suite, "resnet18_ops", passes=1)
+    in_place = {f"{api}: {op} equals analytic" for api in profiler_apis.API_NAMES
+                for op in ("aten::relu_", "aten::add_")}
+    assert failed(entry) == in_place, entry.reason
+    assert {f"{api}: forward total equals the allocator's delta"
+            for api in profiler_apis.API_NAMES} <= {c.name for c in entry.checks}
+    (whole,) = [row for row in entry.tables["per_op"] if row["op"] == "whole forward"]
+    assert whole["profiler_B"] == whole["autograd_B"] == whole["legacy_B"] > 0
+    profiler_breaks.skew_memory(monkeypatch, factor=1.5, offset=4)
+    broken = r.run(profiler.suite, "resnet18_ops")
+    assert failed(broken) == {c.name for c in entry.checks}

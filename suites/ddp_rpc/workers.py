@@ -129,9 +129,14 @@ def embedding_grad(context_id: int) -> torch.Tensor | None:
     return dist_autograd.get_gradients(context_id).get(_PS["embedding"].weight)
 
 
-def trainer_device(spec: Spec, rank: int) -> torch.device:
-    if spec.device == "cuda":
-        return torch.device("cuda", (rank - TRAINER_RANKS[0]) % torch.cuda.device_count())
+def trainer_device(device: str, rank: int, gpus: int | None = None) -> torch.device:
+    """The device of trainer `rank` when the trainers run on `device`: on CUDA they take the
+    `gpus` GPUs in turn (default: all this machine has), the first trainer GPU 0."""
+    if device == "cuda":
+        gpus = torch.cuda.device_count() if gpus is None else gpus
+        if gpus < 1:
+            raise ValueError(f"trainers on cuda need a GPU; {gpus} visible")
+        return torch.device("cuda", (rank - TRAINER_RANKS[0]) % gpus)
     return torch.device("cpu")
 
 
@@ -145,7 +150,7 @@ class Trainer:
 
 
 def build_trainer(rank: int, spec: Spec, group: dist.ProcessGroup) -> Trainer:
-    device = trainer_device(spec, rank)
+    device = trainer_device(spec.device, rank)
     remote = RemoteModule.init_from_module_rref(f"{worker_name(PS_RANK)}/cpu",
                                                 rpc.rpc_sync(worker_name(PS_RANK), embedding_rref))
     dense = new_dense(spec.shape, spec.init.dense).to(device)

@@ -11,7 +11,7 @@ from harness.adapters.pytest_adapter import (
     conformance_tests,
     workload_benchmarks,
 )
-from suites.profiler import apis, truth
+from suites.profiler import apis, cases, truth
 from suites.profiler.cases import fmt_memory, suite
 
 test_conformance = conformance_tests(suite)
@@ -85,3 +85,38 @@ def test_allocation_sequence_peak_on_cpu() -> None:
 def test_unknown_api_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown profiler API"):
         apis.open_profiler("nvtx", "cpu")
+
+
+def test_error_column_of_a_row_no_api_fills() -> None:
+    """On CUDA batch_norm's row carries no API figure (not checked per op): no error, no
+    max() of nothing."""
+    rows = cases._with_error_column([
+        {"op": "aten::batch_norm", "calls": 20, "analytic_B": 512, "why": "output"},
+        {"op": "aten::conv2d", "calls": 20, "analytic_B": 512, "profiler_B": 1024,
+         "autograd_B": 512, "why": "output"}])
+    assert [r["error_B"] for r in rows] == [None, 512]
+    assert list(rows[0])[-1] == "why"
+
+
+def _event(name: str, device, start: int, device_us: float):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=name, device_type=device, time_range=SimpleNamespace(start=start),
+                           device_time_total=device_us)
+
+
+def test_device_durations_read_the_spin_kernels_in_order() -> None:
+    """timing_accuracy on CUDA: the spin kernels' device times (Kineto), or each region's
+    device time (legacy), oldest first, in seconds."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    events = [_event("void spin_kernel(long)", DeviceType.CUDA, 30, 20_000.0),
+              _event("20 ms", DeviceType.CPU, 5, 19_000.0),
+              _event("void spin_kernel(long)", DeviceType.CUDA, 10, 5_000.0),
+              _event("5 ms", DeviceType.CPU, 1, 4_000.0),
+              _event("aten::copy_", DeviceType.CUDA, 20, 7.0)]
+    prof = SimpleNamespace(function_events=events)
+    assert cases._device_durations(prof, "profiler", ["5 ms", "20 ms"]) == [0.005, 0.02]
+    assert cases._device_durations(prof, "legacy", ["5 ms", "20 ms"]) == [0.004, 0.019]

@@ -51,6 +51,15 @@ class GroupSpec:
         return self.port or int(os.environ["MASTER_PORT"])
 
 
+def device_maps(rank: int, world: int, device: str) -> dict[str, dict[int, int]]:
+    """TensorPipe's device map of worker `rank` towards each other worker: on CUDA both
+    processes use GPU 0 and tensors arrive on the device they were sent from (0 -> 0); on the
+    CPU there is none."""
+    if torch.device(device).type != "cuda":
+        return {}
+    return {worker_name(other): {0: 0} for other in range(world) if other != rank}
+
+
 @contextlib.contextmanager
 def joined(rank: int, world: int, spec: GroupSpec,
            session: int = 0) -> Iterator[rpc_group.Membership]:
@@ -63,11 +72,8 @@ def joined(rank: int, world: int, spec: GroupSpec,
         _transports=list(spec.transports) if spec.transports else None,
         _channels=list(spec.channels) if spec.channels else None,
     )
-    if torch.device(spec.device).type == "cuda":
-        # Both processes use GPU 0; tensors arrive on the device they were sent from.
-        for other in range(world):
-            if other != rank:
-                opts.set_device_map(worker_name(other), {0: 0})
+    for peer, device_map in device_maps(rank, world, spec.device).items():
+        opts.set_device_map(peer, device_map)
     gloo_timeout = dist.default_pg_timeout if spec.gloo else None
     with rpc_group.joined(rank, world, worker_name(rank), opts, gloo_timeout,
                            session) as member:

@@ -14,17 +14,22 @@ Tensors live on the CPU. What stands in:
   `reset_peak_memory_stats`, `memory_stats`, `memory_reserved`, `empty_cache`): a torch
   dispatch mode that counts every storage an op makes, in the allocator's blocks (a request
   rounded up to 512 B), until the last tensor on it dies;
+- the profilers' device memory: the allocations made on the host reach every profiler API
+  (torch.profiler, torch.autograd.profiler, the legacy one) as CUDA memory records in the
+  allocator's blocks; the profilers record host activity only (no CUDA events, no kernels);
 - autocast and GradScaler with device "cuda": CPU autocast to the same dtype (float16 as on a
   GPU; CPU autocast takes float16 from torch 2.2) and a CPU GradScaler.
 
 NVML stands in through tests/fake_pynvml.py (the test's fixture installs it). `install()` is
 what the tests' fixture and the planted sitecustomize (`cuda=H200`, for worker processes)
-call. What cannot be rehearsed: kernels (their speed), the profiler's CUDA activity, real
-allocator segments.
+call. What cannot be rehearsed: kernels (their speed), the profiler's CUDA activity (kernel
+events, device times), real allocator segments (the stand-in's blocks are the 512 B rounding
+only).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import weakref
@@ -190,6 +195,98 @@ def _modes(allocator: Allocator) -> tuple[Any, Any]:
     return OnTheCpu(), Counted()
 
 
+class _Wrapped:
+    """One of the profiler's objects, with some of its answers replaced."""
+
+    def __init__(self, wrapped: Any, allocator: Allocator) -> None:
+        self._wrapped = wrapped
+        self._allocator = allocator
+
+    def _blocks(self, nbytes: int) -> int:
+        """An allocation (+) or free (-) of the host's `nbytes` as the stand-in GPU's."""
+        return int(math.copysign(block(abs(nbytes)), nbytes) * self._allocator.reported)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._wrapped, name)
+
+
+class _DeviceMemoryRecord(_Wrapped):
+    """A Kineto memory record of the CPU allocator as the caching allocator would make it: on
+    the CUDA device, in its blocks (`reported` scales it, as the Allocator's)."""
+
+    def device_type(self) -> Any:
+        from torch.autograd import DeviceType
+
+        return DeviceType.CUDA
+
+    def nbytes(self) -> int:
+        return self._blocks(self._wrapped.nbytes())
+
+
+class _DeviceMemoryResult(_Wrapped):
+    """A Kineto profiler result whose memory records are the stand-in GPU's."""
+
+    def events(self) -> list:
+        from torch.autograd import DeviceType
+
+        return [_DeviceMemoryRecord(e, self._allocator)
+                if e.name() == "[memory]" and e.device_type() == DeviceType.CPU else e
+                for e in self._wrapped.events()]
+
+
+class _DeviceMemoryLegacyRecord(_Wrapped):
+    """A legacy profiler's allocation record of the host as the stand-in GPU's, in blocks."""
+
+    def cpu_memory_usage(self) -> int:
+        return 0
+
+    def cuda_memory_usage(self) -> int:
+        return self._blocks(self._wrapped.cpu_memory_usage())
+
+
+def _profiler_stand_ins(allocator: Allocator, patch: Setter) -> None:
+    """The profilers report the allocations the rehearsal makes on the host as device memory
+    records in the allocator's blocks: Kineto's result (torch.profiler, torch.autograd.profiler)
+    and the legacy profiler's record lists. The legacy profiler with use_cuda records on the
+    host only: its CUDA events at each region's ends need the GPU."""
+    import torch.autograd.profiler as autograd_profiler
+    import torch.autograd.profiler_legacy as legacy_profiler
+    from torch.autograd.profiler import ProfilerState
+
+    stop = autograd_profiler._disable_profiler
+    patch(autograd_profiler, "_disable_profiler",
+          lambda: _DeviceMemoryResult(stop(), allocator))
+    legacy_stop = legacy_profiler._disable_profiler_legacy
+
+    def legacy_records() -> list[list[Any]]:
+        return [[_DeviceMemoryLegacyRecord(r, allocator) if r.kind() == "memory_alloc" else r
+                 for r in thread] for thread in legacy_stop()]
+
+    patch(legacy_profiler, "_disable_profiler_legacy", legacy_records)
+
+    class LegacyProfile(legacy_profiler.profile):
+        @functools.wraps(legacy_profiler.profile.__init__)  # its signature, for has_api
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.profiler_kind = ProfilerState.CPU
+
+    patch(legacy_profiler, "profile", LegacyProfile)
+
+    class KinetoProfile(autograd_profiler.profile):
+        """Host activity only: the fallback that records CUDA events at every op's ends
+        (what use_device="cuda" becomes without CUPTI) fails at each op without a GPU."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if self.profiler_kind == ProfilerState.KINETO_GPU_FALLBACK:
+                self.profiler_kind = ProfilerState.KINETO
+
+    KinetoProfile.__init__ = functools.wraps(autograd_profiler.profile.__init__)(
+        KinetoProfile.__init__)
+
+    patch(autograd_profiler, "profile", KinetoProfile)
+
+
 def _autocast_classes() -> tuple[type, Callable[..., bool]]:
     import torch
 
@@ -272,6 +369,7 @@ class Rehearsal:
                 return super().__new__(cls, device=_cpu(device))
 
         patch(torch, "Generator", Generator)
+        _profiler_stand_ins(a, patch)
         self.modes = _modes(a)
         for m in self.modes:
             m.__enter__()
