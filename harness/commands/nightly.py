@@ -5,6 +5,7 @@ nights: a rehearsal over real releases."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -224,7 +225,8 @@ def main(args) -> int:
     bench = args.asv_bench
     if bench is None:
         names = asv_names(units)
-        bench = "^(" + "|".join(n.replace(".", r"\.") for n in names) + ")$" if names else None
+        # asv matches --bench against names with their parameters: no anchor at the end
+        bench = "^(" + "|".join(re.escape(n) for n in names) + ")" if names else None
     plan = Plan(tuple(suites), tuple(s for s in args.skip if s), tuple(units), args.rounds,
                 bench)
     expected = common.read_expectations(args)
