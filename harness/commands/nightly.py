@@ -255,7 +255,18 @@ def main(args) -> int:
             if r["to"] == n["build"]["label"]:
                 print(f"  asv step: {r['benchmark']} {r['from']} -> {r['to']}: "
                       f"x{r['factor']:.3f}")
-    print(f"{len(nights)} night{'s' * (len(nights) != 1)} in {(time.monotonic() - t0) / 60:.1f} "
+    total = time.monotonic() - t0
+    if args.rehearse:
+        from harness import records
+
+        records.write_json_atomic(record_dir / "rehearsal.json", records.scrub_paths({
+            "schema": "release-bench-nightly-rehearsal/1", "builds": args.builds,
+            "command": " ".join(["release-bench", *sys.argv[1:]]),
+            "nights": [{"night": n["night"], "build": n["build"]["label"],
+                        "torch": n["build"]["torch"], "status": n["status"], "exit": n["exit"],
+                        "why": n["why"], "wall_s": n["wall_s"]} for n in nights],
+            "wall_s": round(total, 1)}))
+    print(f"{len(nights)} night{'s' * (len(nights) != 1)} in {total / 60:.1f} "
           f"min; records in {record_dir}; the page: {folder.html / 'index.html'}")
     worst = max((n["exit"] for n in nights), default=EXIT_OK)
     return Light(worst).value
