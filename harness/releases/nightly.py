@@ -46,9 +46,9 @@ from harness.releases.ledger import Build, Ledger
 
 SCHEMA = "release-bench-nightly/1"
 ASV_TIMEOUT_S = 3600
-# the gate's verdicts that are counted, not listed: every other one is a figure that moved
-# (or could not be judged), which the record and the page name
-QUIET = ("unchanged", "inconclusive")
+# the gate's verdicts that are not a figure that moved: counted, and the inconclusive and
+# unverified ones (not judged: a contended measurement) listed apart from those that moved
+QUIET = ("unchanged", "inconclusive", "unverified")
 # asv compare's first column: worse, better, failed now, fixed now
 ASV_MARKS = {"+": "slower", "-": "faster", "!": "failed", "x": "no longer fails"}
 
@@ -144,7 +144,8 @@ def gate(a: Path, b: Path, plan: Plan, out: Path, progress: Callable[[str], None
             "calibration": cal.source if cal else None,
             "counts": _counts(res["changes"]),
             "moved": [_change(c) for c in res["changes"] if c.verdict not in QUIET],
-            "inconclusive": [_change(c) for c in res["changes"] if c.verdict == "inconclusive"]}
+            "inconclusive": [_change(c) for c in res["changes"] if c.verdict == "inconclusive"],
+            "unverified": [_change(c) for c in res["changes"] if c.verdict == "unverified"]}
 
 
 def _counts(changes: list[Change]) -> dict[str, int]:
