@@ -166,6 +166,7 @@ def one_night(spec: str, folder, record_dir: Path, plan, args, cal, expected,
     try:
         if last and last["commit"] != commit:
             asv_part["compare"] = nightly.asv_compare(conf, machine_name, last["commit"], commit)
+        nightly.keep_tracked(folder.path / "asv" / "results")
         html = asv_dashboard.publish(str(conf))
         builds = dict(folder.ledger.builds())
         asv_part["regressions"] = nightly.asv_regressions(Path(html), builds)
@@ -261,7 +262,8 @@ def main(args) -> int:
 
         records.write_json_atomic(record_dir / "rehearsal.json", records.scrub_paths({
             "schema": "release-bench-nightly-rehearsal/1", "builds": args.builds,
-            "command": " ".join(["release-bench", *sys.argv[1:]]),
+            "command": " ".join(["release-bench", *(records.shown_path(a) if Path(a).is_absolute()
+                                                    else a for a in sys.argv[1:])]),
             "nights": [{"night": n["night"], "build": n["build"]["label"],
                         "torch": n["build"]["torch"], "status": n["status"], "exit": n["exit"],
                         "why": n["why"], "wall_s": n["wall_s"]} for n in nights],

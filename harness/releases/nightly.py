@@ -191,6 +191,24 @@ def asv_compare(conf: Path, machine: str, a: str, b: str) -> list[dict]:
     return compare_rows(out.stdout)
 
 
+def keep_tracked(results_dir: Path) -> list[str]:
+    """Leave in asv's list of benchmarks (benchmarks.json, which `asv run --bench` writes
+    with every benchmark it discovered) only those with results over builds: asv's pages
+    otherwise ask for a graph of each of the others and find none. Returns those left out."""
+    listed = results_dir / "benchmarks.json"
+    try:
+        doc = json.loads(listed.read_text())
+    except (OSError, ValueError) as e:
+        raise CampaignError(f"{listed}: asv's benchmarks not readable ({e})") from e
+    tracked = set()
+    for path in results_dir.glob("*/*.json"):
+        if path.name != "machine.json":
+            tracked |= set(json.loads(path.read_text()).get("results", {}))
+    left_out = sorted(k for k in doc if k != "version" and k not in tracked)
+    records.write_json_atomic(listed, {k: v for k, v in doc.items() if k not in left_out})
+    return left_out
+
+
 def compare_rows(text: str) -> list[dict]:
     """The marked rows of asv compare's table: | mark | before | after | ratio | name |."""
     rows = []
