@@ -206,6 +206,23 @@ def one_night(spec: str, folder, record_dir: Path, plan, args, cal, expected,
     return night
 
 
+def write_rehearsal(record_dir: Path, builds: list[str], nights: list[dict],
+                    wall_s: float) -> None:
+    """rehearsal.json: the builds asked for, each night run so far (status, why, wall time)
+    and the time in all."""
+    from harness import records
+
+    command = ["release-bench", *(records.shown_path(a) if Path(a).is_absolute() else a
+                                  for a in sys.argv[1:])]
+    records.write_json_atomic(record_dir / "rehearsal.json", records.scrub_paths({
+        "schema": "release-bench-nightly-rehearsal/1", "builds": builds,
+        "command": " ".join(command),
+        "nights": [{"night": n["night"], "build": n["build"]["label"],
+                    "torch": n["build"]["torch"], "status": n["status"], "exit": n["exit"],
+                    "why": n["why"], "wall_s": n["wall_s"]} for n in nights],
+        "wall_s": round(wall_s, 1)}))
+
+
 def main(args) -> int:
     from harness.comparing.campaign import CampaignError
     from harness.releases import envs, ledger
@@ -240,11 +257,13 @@ def main(args) -> int:
 
     print(cal_line)
     t0 = time.monotonic()
-    nights = []
+    nights: list[dict] = []
     try:
         for spec in args.builds:
             nights.append(one_night(spec, folder, record_dir, plan, args, cal, expected,
                                     progress))
+            if args.rehearse:  # after each night: a rehearsal stopped half-way says what ran
+                write_rehearsal(record_dir, args.builds, nights, time.monotonic() - t0)
     except (CampaignError, envs.EnvError, ledger.LedgerError) as e:
         raise UsageError(f"nightly: {e}") from e
     for n in nights:
@@ -257,17 +276,6 @@ def main(args) -> int:
                 print(f"  asv step: {r['benchmark']} {r['from']} -> {r['to']}: "
                       f"x{r['factor']:.3f}")
     total = time.monotonic() - t0
-    if args.rehearse:
-        from harness import records
-
-        records.write_json_atomic(record_dir / "rehearsal.json", records.scrub_paths({
-            "schema": "release-bench-nightly-rehearsal/1", "builds": args.builds,
-            "command": " ".join(["release-bench", *(records.shown_path(a) if Path(a).is_absolute()
-                                                    else a for a in sys.argv[1:])]),
-            "nights": [{"night": n["night"], "build": n["build"]["label"],
-                        "torch": n["build"]["torch"], "status": n["status"], "exit": n["exit"],
-                        "why": n["why"], "wall_s": n["wall_s"]} for n in nights],
-            "wall_s": round(total, 1)}))
     print(f"{len(nights)} night{'s' * (len(nights) != 1)} in {total / 60:.1f} "
           f"min; records in {record_dir}; the page: {folder.html / 'index.html'}")
     worst = max((n["exit"] for n in nights), default=EXIT_OK)
