@@ -270,11 +270,12 @@ def main(args) -> int:
         print(f"{n['night']}: {n['status']} (exit {n['exit']}) in {n['wall_s'] / 60:.1f} min"
               + (": " + "; ".join(n["why"]) if n["why"] else ""))
         for m in (n["gate"] or {}).get("moved", []):
-            print(f"  gate: {m['case']} {m['figure']}: {m['verdict']} x{m['factor']:.3f}")
+            print(f"  gate: {m['case']} {m['figure']}: {m['verdict']}"
+                  + (f" x{m['factor']:.3f}" if m["factor"] is not None else ""))
         for r in n["asv"]["regressions"]:
             if r["to"] == n["build"]["label"]:
                 print(f"  asv step: {r['benchmark']} {r['from']} -> {r['to']}: "
-                      f"x{r['factor']:.3f}")
+                      f"{r['before']:.4g} -> {r['after']:.4g}")
     total = time.monotonic() - t0
     print(f"{len(nights)} night{'s' * (len(nights) != 1)} in {total / 60:.1f} "
           f"min; records in {record_dir}; the page: {folder.html / 'index.html'}")

@@ -172,8 +172,10 @@ def asv_bin() -> str:
 def asv_run(conf: Path, machine: str, python: Path, commit: str, bench: str | None,
             log: Path) -> int:
     """asv in tonight's environment, its results filed under tonight's ledger commit."""
+    # asv finds an existing environment's Python by an absolute path only
     cmd = [asv_bin(), "run", "--config", str(conf), "--machine", machine,
-           "-E", f"existing:{python}", "--set-commit-hash", commit, "--launch-method",
+           "-E", f"existing:{Path(python).absolute()}", "--set-commit-hash", commit,
+           "--launch-method",
            "spawn", "--show-stderr", *(["--bench", bench] if bench else [])]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as f:
