@@ -232,3 +232,75 @@ def test_the_nightly_page_and_asvs_graph_over_builds_in_a_browser(miniature):
     # history page is meant to be)
     history = visit((tmp / "n" / "html" / "history.html").as_uri(), "nightly-history")
     assert history.console_errors == [] and TORCH in history.text
+
+
+def test_the_page_shows_the_news_events_gate_rows_and_asv_steps_of_a_red_night(tmp_path):
+    """The page from two night records alone (no measurement): the red night's reasons, an
+    event of each kind, a regression and an inconclusive figure with links to their asv
+    graphs, asv's step at tonight's build and asv compare's row."""
+    from harness.presenting import nightly_page
+
+    rec_dir = tmp_path / "rec"
+    case = "amp/gemm_ladder[cpu default]"
+
+    def conformance(label: str) -> dict:
+        return {"schema": "release-bench-history/1", "release": label, "torch": label,
+                "torchvision": None, "without_torchvision": None, "env": None,
+                "project": {"commit": "abc"},
+                "build": {}, "machine": {"name": "m", "cpu": "c"}, "recorded": "2026-12-05",
+                "wall_s": 1.0, "api": [],
+                "cases": {"fork_wait/eager_fork_is_serial[cpu default]": {
+                    "suite": "fork_wait", "kind": "conformance", "outcome": "pass",
+                    "reason": "", "warnings": ["FutureWarning: planted"],
+                    "expected": {"status": "pass"}}}}
+
+    def night(n: int, label: str, status: str, **kw) -> dict:
+        return {"schema": nightly.SCHEMA, "night": f"00{n}-{label}", "started": "2026-12-05T01",
+                "machine": {"name": "m", "cpu": "c"}, "build": _build(label).to_json(),
+                "commit": f"{n}" * 40, "status": status, "exit": int(status == "red"),
+                "conformance": {"record": f"00{n}-{label}.conformance.json"}, "wall_s": 60.0,
+                "previous": None, "why": [], "events": [], "gate": None,
+                "asv": {"commit": f"{n}" * 40, "previous": None, "compare": [],
+                        "regressions": []}, **kw}
+
+    change = {"case": case, "unit": "TFLOP/s", "baseline": 1.0, "candidate": 0.9,
+              "interval": [0.88, 0.92], "detectable": 0.02, "rounds_to_decide": None,
+              "why": ""}
+    red = night(2, "2.11.0", "red", why=[f"gate: {case} tflops regression x0.900"],
+                previous={"label": "2.10.0", "torch": "2.10.0+cpu", "commit": "1" * 40},
+                events=[{"case": "fork_wait/x", "what": "warning appeared",
+                         "warning": "DeprecationWarning: planted", "versions": ["a", "b"]},
+                        {"case": "profiler.use_cuda", "what": "example", "from": "works",
+                         "to": "removed", "reason": "", "versions": ["a", "b"]},
+                        {"case": "(build)", "what": "build", "detail": "CUDA 12.8 -> 13.0",
+                         "versions": ["a", "b"]}],
+                gate={"rounds": 3, "design": "duet", "duets": ["amp.gemm_ladder"],
+                      "calibration": None, "counts": {"regression": 1, "inconclusive": 1},
+                      "moved": [{**change, "figure": "tflops[n=1024]", "verdict": "regression",
+                                 "factor": 0.9}],
+                      "inconclusive": [{**change, "figure": "tflops[n=256]",
+                                        "verdict": "inconclusive", "factor": 0.97,
+                                        "rounds_to_decide": 12}], "unverified": []},
+                asv={"commit": "2" * 40, "previous": "1" * 40,
+                     "compare": [{"mark": "slower", "before": "1ms", "after": "1.1ms",
+                                  "ratio": "1.10", "benchmark": "amp.asv_bench.MatmulTime."
+                                                                "time_matmul('cpu', 1024)"}],
+                     "regressions": [{"benchmark": "amp.asv_bench.MatmulTime.time_matmul"
+                                                   "(cpu, 1024, float32)", "from": "2.10.0",
+                                      "to": "2.11.0", "before": 1.0, "after": 1.1,
+                                      "factor": 1.1, "last": 1.1, "best": 1.0}]})
+    for n, rec in ((night(1, "2.10.0", "green"), conformance("2.10.0")),
+                   (red, conformance("2.11.0"))):
+        rec_dir.mkdir(exist_ok=True)
+        (rec_dir / f"{n['night']}.json").write_text(json.dumps(n))
+        (rec_dir / n["conformance"]["record"]).write_text(json.dumps(rec))
+    page = nightly_page.write(tmp_path / "html", rec_dir, tmp_path / "asv" / "html")
+    html = page.read_text()
+    for text in ("gate: amp/gemm_ladder[cpu default] tflops regression x0.900",
+                 "DeprecationWarning: planted", "works → removed", "CUDA 12.8 -&gt; 13.0",
+                 "tflops[n=256]", "12 rounds would decide", "[0.880, 0.920]",
+                 'href="../asv/html/index.html#amp.asv_bench.GemmTflops.track_tflops"',
+                 'href="../asv/html/index.html#amp.asv_bench.MatmulTime.time_matmul"',
+                 "2.10.0 → 2.11.0", 'class="light red"', "history.html"):
+        assert text in html, text
+    assert (tmp_path / "html" / "history.html").exists()
