@@ -182,7 +182,7 @@ def test_asv_compare_flags_the_planted_slowdown_and_publishes_a_working_dashboar
         git(repo, "commit", "-qm", body)
         hashes.append(git(repo, "rev-parse", "HEAD"))
         # environment "existing": asv benchmarks the working tree and files the results
-        # under the commit given, as the nightly job does
+        # under the commit given, as the nightly does with its builds ledger's commits
         out = asv(repo, env, "run", "--machine", "planted", "--set-commit-hash", hashes[-1],
                    "--show-stderr", "--launch-method", "spawn")
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

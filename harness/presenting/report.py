@@ -153,7 +153,7 @@ def _run_view(i: int, run: records.Run, known: dict) -> dict[str, Any]:
     }
 
 
-def _templates() -> jinja2.Environment:
+def templates() -> jinja2.Environment:
     return jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                               undefined=jinja2.StrictUndefined, trim_blocks=True,
                               lstrip_blocks=True)
@@ -162,7 +162,7 @@ def _templates() -> jinja2.Environment:
 def build(runs: list[records.Run], title: str = "torch-release-bench report") -> str:
     """The page for `runs` (which it leaves as they are)."""
     known = _suites()
-    return _templates().get_template("report.html.j2").render(
+    return templates().get_template("report.html.j2").render(
         title=title, runs=[_run_view(i, r, known) for i, r in enumerate(runs)])
 
 
@@ -213,7 +213,7 @@ def _matrix_view(record: dict) -> dict[str, Any]:
 
 def build_matrix(record: dict, title: str = "torch release matrix") -> str:
     """The release-matrix page for a `release-bench matrix` record."""
-    return _templates().get_template("matrix.html.j2").render(title=title, m=_matrix_view(record))
+    return templates().get_template("matrix.html.j2").render(title=title, m=_matrix_view(record))
 
 
 def _history_view(recs: list[dict]) -> dict[str, Any]:
@@ -286,7 +286,7 @@ def _example_code(suite: str, name: str) -> str:
 
 def build_history(recs: list[dict], title: str = "torch release history") -> str:
     """The release-history page for the records of `release-bench history`."""
-    return _templates().get_template("history.html.j2").render(title=title,
+    return templates().get_template("history.html.j2").render(title=title,
                                                                 h=_history_view(recs))
 
 

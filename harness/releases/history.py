@@ -46,17 +46,22 @@ def record_path(folder: Path, version: str) -> Path:
     return folder / f"torch-{version}.json"
 
 
+def read_document(path: Path, schema: str, what: str) -> dict:
+    """A JSON document of `schema` (a history record, a night record); CampaignError, one
+    line, for anything else."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CampaignError(f"{path}: not a {what} ({e})") from e
+    if not isinstance(doc, dict) or doc.get("schema") != schema:
+        found = doc.get("schema") if isinstance(doc, dict) else None
+        raise CampaignError(f"{path}: not a {what} (schema {found!r})")
+    return doc
+
+
 def read(folder: Path) -> list[dict]:
     """The releases recorded in `folder`, oldest first."""
-    found = []
-    for path in folder.glob("torch-*.json"):
-        try:
-            rec = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            raise CampaignError(f"{path}: not a history record ({e})") from e
-        if rec.get("schema") != SCHEMA:
-            raise CampaignError(f"{path}: not a history record (schema {rec.get('schema')!r})")
-        found.append(rec)
+    found = [read_document(path, SCHEMA, "history record") for path in folder.glob("torch-*.json")]
     return sorted(found, key=lambda r: envs.release_key(r["release"]))
 
 

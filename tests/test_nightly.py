@@ -1,0 +1,306 @@
+"""The nightly (`release-bench nightly`): the builds ledger that is asv's axis, the night's
+verdict, asv's step detection read back by build, and a two-night miniature on environments
+that reuse .venv's packages (`env create --reuse`), its page and asv's graph over builds in a
+real browser."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import asv_project
+import pytest
+import torch
+from browser import served, visit
+
+from harness import cli
+from harness.releases import ledger, nightly
+from harness.releases.ledger import Build, DateSource, Ledger
+
+BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parent.parent
+VENV = Path(sys.prefix)
+TORCH = torch.__version__.split("+")[0]
+
+
+def _build(label: str, date: str = "2026-01-02T03:04:05Z", git: str = "abc123") -> Build:
+    return Build(label, f"{label}+cpu", git, date, DateSource.REGISTRY)
+
+
+# ---------------------------------------------------------------------- the builds ledger
+
+def test_a_build_is_dated_by_its_version_or_the_registrys_upload():
+    assert ledger.date_in_version("2.15.0.dev20261205+cpu") == "2026-12-05T00:00:00Z"
+    assert ledger.date_in_version("2.14.0+cu130") is None
+    page = {"files": [
+        {"filename": "torch-2.10.0-cp311-cp311-win_amd64.whl",
+         "upload-time": "2026-01-01T00:00:00Z"},
+        {"filename": "torch-2.10.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+         "upload-time": "2026-01-21T16:05:09.123Z"},
+        {"filename": "torch-2.10.0-cp312-cp312-manylinux_2_28_x86_64.whl",
+         "upload-time": "2026-01-21T16:04:00.000Z"},
+        {"filename": "torch-2.10.1-cp311-cp311-manylinux_2_28_x86_64.whl",
+         "upload-time": "2026-02-01T00:00:00Z"}]}
+    # the local version is not in PyPI's file names; the earliest Linux x86_64 wheel counts
+    assert ledger.upload_time("2.10.0+cu128", page) == "2026-01-21T16:04:00Z"
+    assert ledger.upload_time("2.9.9", page) is None
+    date, source = ledger.build_date("2.15.0.dev20261205", ask_registry=False)
+    assert (date, source) == ("2026-12-05T00:00:00Z", DateSource.VERSION)
+    assert ledger.build_date("2.14.0", ask_registry=False)[1] is DateSource.FIRST_SEEN
+
+
+def test_the_ledger_has_one_commit_per_build_dated_by_the_build(tmp_path):
+    book = Ledger(tmp_path / "ledger")
+    first = book.commit(_build("2.10.0", "2026-01-21T16:04:00Z", "aaa"))
+    second = book.commit(_build("2.11.0", "2026-03-10T12:00:00Z", "bbb"))
+    assert book.commit(_build("2.10.0", "2026-01-21T16:04:00Z", "aaa")) == first  # found again
+    assert [(c, b.label) for c, b in book.builds()] == [(first, "2.10.0"), (second, "2.11.0")]
+    log = asv_project.git(book.path, "log", "--format=%H %aI %cI %s", "main").splitlines()
+    dated = "2026-03-10T12:00:00+00:00"
+    assert log[0] == f"{second} {dated} {dated} 2.11.0: torch 2.11.0+cpu (bbb)"
+    assert log[1].startswith(f"{first} 2026-01-21T16:04:00+00:00")
+    assert asv_project.git(book.path, "rev-parse", "2.10.0^{commit}") == first  # tagged
+    # another build of the same release (a rebuilt nightly, another git_version) is new
+    assert book.commit(_build("2.10.0", git="ccc")) not in (first, second)
+    with pytest.raises(ledger.LedgerError):
+        Build("", "2.10.0", "x", "2026-01-01T00:00:00Z", DateSource.REGISTRY)
+
+
+def test_asvs_step_detection_names_the_build_a_step_came_with(tmp_path):
+    """asv, configured by `ledger.asv_config`, files each build's result under its ledger
+    commit; asv publish's step detection finds the step at the third build, and the night
+    reads it back named by the builds on either side."""
+    value = tmp_path / "value"
+    repo, env = asv_project.make(tmp_path, "builds", {"bench.py": textwrap.dedent(f"""
+        class Value:
+            def track_value(self):
+                return float(open({str(value)!r}).read())
+        """)})
+    book = Ledger(tmp_path / "ledger")
+    folder = tmp_path / "nightly"
+    conf = ledger.asv_config(repo / "asv.conf.json", book, folder)
+    builds = {}
+    for i, (label, v) in enumerate([("2.10.0", 10), ("2.11.0", 10), ("2.12.0", 10),
+                                     ("2.13.0", 20)]):
+        b = _build(label, f"2026-0{i + 1}-01T00:00:00Z", label)
+        commit = book.commit(b)
+        builds[commit] = b
+        value.write_text(str(v))
+        out = asv_project.asv(repo, env, "run", "--config", str(conf), "--machine", "builds",
+                              "-E", f"existing:{sys.executable}", "--set-commit-hash", commit)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        assert list((folder / "asv" / "results" / "builds").glob(f"{commit[:8]}-*.json"))
+    out = asv_project.asv(repo, env, "publish", "--config", str(conf))
+    assert out.returncode == 0, out.stderr
+    found = nightly.asv_regressions(folder / "asv" / "html", builds)
+    assert [(r["benchmark"], r["from"], r["to"], r["before"], r["after"]) for r in found] == [
+        ("bench.Value.track_value", "2.12.0", "2.13.0", 10.0, 20.0)]
+    # asv compare between the last two builds marks the step
+    a, b = list(builds)[2:]
+    rows = nightly.asv_compare(conf, "builds", a, b)
+    assert [(r["mark"], r["benchmark"]) for r in rows] == [("slower", "bench.Value.track_value")]
+
+
+def test_asv_compare_rows_are_read_with_their_marks():
+    name = "amp.asv_bench.MatmulTime.time_matmul"
+    text = "\n".join([
+        "| Change | Before [0e1ead46] <2.13.0> | After [b3c1d2e4] <2.14.0> | Ratio | Benchmark |",
+        "|--------|----------------------------|---------------------------|-------|-----------|",
+        f"| +      | 1.00±0.01ms | 1.20±0.02ms |  1.2  | {name}('cpu', 256, 'float32') |",
+        f"| -      | 3.00±0.1ms  | 2.00±0.1ms  |  0.67 | {name}('cpu', 512, 'float32') |",
+        f"|        | 5.00ms      | 5.01ms      |  1.00 | {name}('cpu', 1024, 'float32') |"])
+    rows = nightly.compare_rows(text)
+    assert [(r["mark"], r["ratio"]) for r in rows] == [("slower", "1.2"), ("faster", "0.67")]
+    assert rows[0]["benchmark"] == f"{name}('cpu', 256, 'float32')"
+
+
+# ----------------------------------------------------------------------- the night's verdict
+
+def _gate(*verdicts: str) -> dict:
+    moved = [{"case": "amp/gemm_ladder[cpu default]", "figure": f"tflops[n={i}]",
+              "verdict": v, "factor": 0.91} for i, v in enumerate(verdicts)
+             if v not in nightly.QUIET]
+    return {"moved": moved, "inconclusive": [{"verdict": v} for v in verdicts
+                                             if v == "inconclusive"]}
+
+
+def test_a_night_is_red_only_for_news():
+    green, why = nightly.judge([], _gate("unchanged", "inconclusive", "improvement"), [])
+    assert green is nightly.Light.GREEN and why == []
+    red, why = nightly.judge([], _gate("unchanged", "regression"), [])
+    assert red is nightly.Light.RED and why == [
+        "gate: amp/gemm_ladder[cpu default] tflops[n=1] regression x0.910"]
+    red, why = nightly.judge([{"case": "fork_wait/clean_exit", "status": "unexpected-pass",
+                               "why": "the known abort no longer shows"}], None, [])
+    assert red.value == 1 and "unexpected-pass" in why[0]
+    assert nightly.judge([], None, ["asv run: exit status 1"])[0] is nightly.Light.RED
+    rec = {"cases": {"a/x[cpu]": {"outcome": "fail", "reason": "r",
+                                  "expected": {"status": "expected-fail"}},
+                     "a/y[cpu]": {"outcome": "pass", "reason": "",
+                                  "expected": {"status": "unexpected-pass", "why": "w"}}}}
+    assert nightly.unexpected(rec) == [{"case": "a/y[cpu]", "status": "unexpected-pass",
+                                        "why": "w"}]
+
+
+def test_bad_input_to_the_nightly_is_one_line(tmp_path, capsys):
+    def error(*args: str) -> str:
+        assert cli.main(["nightly", *args, "--dir", str(tmp_path / "n")]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("release-bench: error:"), lines
+        return lines[0]
+
+    assert "add --rehearse" in error("2.10.0", "2.11.0")
+    assert "no such benchmark case" in error("2.10.0", "--gate", "amp/no_such_case",
+                                              "--calibration", "none")
+    assert "at least 2 rounds" in error("2.10.0", "--rounds", "1")
+    (tmp_path / "n").mkdir()
+    (tmp_path / "n" / "state.json").write_text("{}")
+    assert "starts from none" in error("2.10.0", "--rehearse")
+
+
+# -------------------------------------------------------------- a two-night miniature, in CI
+
+@pytest.fixture(scope="module")
+def miniature(tmp_path_factory):
+    """Two nights of one build (an environment reusing .venv's packages), in the cheapest
+    setup that runs every part: fork_wait's conformance, the gate on amp/gemm_ladder (2
+    sequential rounds; `ab --duet` has tests of its own) and asv timing fork_wait's serial
+    workload."""
+    tmp = tmp_path_factory.mktemp("nightly")
+    env = os.environ | {"RELEASE_BENCH_ENVS": str(tmp / "envs")}
+    made = subprocess.run([BIN / "release-bench", "env", "create", TORCH, "--reuse", str(VENV)],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert made.returncode == 0, made.stderr
+    out = subprocess.run(
+        [BIN / "release-bench", "nightly", TORCH, TORCH, "--rehearse", "--dir", str(tmp / "n"),
+         "--record", str(tmp / "rec"), "--suite", "fork_wait", "--gate", "amp/gemm_ladder",
+         "--rounds", "2", "--no-duet", "--asv-bench", r"^fork_wait\.asv_bench\.SerialTime",
+         "--no-registry-dates", "--calibration", "none"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    return tmp, out
+
+
+@pytest.mark.slow
+def test_the_same_build_two_nights_running_is_green_with_one_ledger_commit(miniature):
+    tmp, out = miniature
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    nights = nightly.read_nights(tmp / "rec")
+    assert [n["status"] for n in nights] == ["green", "green"]
+    first, second = nights
+    assert first["previous"] is None and first["gate"] is None
+    assert second["previous"]["label"] == TORCH and second["commit"] == first["commit"]
+    assert second["gate"]["design"] == "sequential"
+    assert "regression" not in second["gate"]["counts"]
+    assert sum(second["gate"]["counts"].values()) > 0
+    assert second["build"]["torch"] == torch.__version__
+    assert second["build"]["git_version"] == torch.version.git_version
+    assert second["events"] == []  # one build: nothing changed
+    book = Ledger(tmp / "n" / "ledger")
+    assert [(c, b.label) for c, b in book.builds()] == [(first["commit"], TORCH)]
+    # asv's results are filed under the ledger's commit, in the nightly's own folder
+    results = list((tmp / "n" / "asv" / "results").glob(f"*/{first['commit'][:8]}-*.json"))
+    assert len(results) == 1, results
+    doc = json.loads(results[0].read_text())
+    assert list(doc["results"]) == ["fork_wait.asv_bench.SerialTime.time_serial"]
+    # the committed records hold no path of this machine
+    for p in (tmp / "rec").glob("*.json"):
+        assert str(tmp) not in p.read_text() and str(ROOT) not in p.read_text()
+
+
+@pytest.mark.slow
+def test_the_nightly_page_and_asvs_graph_over_builds_in_a_browser(miniature):
+    tmp, out = miniature
+    assert out.returncode == 0, out.stderr[-3000:]
+    with served(tmp / "n") as url:
+        page = visit(f"{url}/html/index.html", "nightly",
+                     count=("#status", "#checklist", "#gate table tr", "a[href$='history.html']"))
+        assert page.console_errors == []
+        assert page.counts["#status"] == 1 and "green" in page.text
+        assert "fork_wait/eager_fork_is_serial[cpu default]" in page.text
+        assert f"the gate: {TORCH} against {TORCH}" in page.text.lower()
+        assert page.counts["a[href$='history.html']"] >= 1
+        graph = visit(f"{url}/asv/html/index.html", "nightly-asv-graph",
+                      then_hash="fork_wait.asv_bench.SerialTime.time_serial",
+                      wait_for="#main-graph canvas", count=("#main-graph canvas",))
+    assert graph.console_errors == []
+    assert graph.counts["#main-graph canvas"] >= 1
+    # the release history of the nights' builds, beside the page (opened from disk, as the
+    # history page is meant to be)
+    history = visit((tmp / "n" / "html" / "history.html").as_uri(), "nightly-history")
+    assert history.console_errors == [] and TORCH in history.text
+
+
+def test_the_page_shows_the_news_events_gate_rows_and_asv_steps_of_a_red_night(tmp_path):
+    """The page from two night records alone (no measurement): the red night's reasons, an
+    event of each kind, a regression and an inconclusive figure with links to their asv
+    graphs, asv's step at tonight's build and asv compare's row."""
+    from harness.presenting import nightly_page
+
+    rec_dir = tmp_path / "rec"
+    case = "amp/gemm_ladder[cpu default]"
+
+    def conformance(label: str) -> dict:
+        return {"schema": "release-bench-history/1", "release": label, "torch": label,
+                "torchvision": None, "without_torchvision": None, "env": None,
+                "project": {"commit": "abc"},
+                "build": {}, "machine": {"name": "m", "cpu": "c"}, "recorded": "2026-12-05",
+                "wall_s": 1.0, "api": [],
+                "cases": {"fork_wait/eager_fork_is_serial[cpu default]": {
+                    "suite": "fork_wait", "kind": "conformance", "outcome": "pass",
+                    "reason": "", "warnings": ["FutureWarning: planted"],
+                    "expected": {"status": "pass"}}}}
+
+    def night(n: int, label: str, status: str, **kw) -> dict:
+        return {"schema": nightly.SCHEMA, "night": f"00{n}-{label}", "started": "2026-12-05T01",
+                "machine": {"name": "m", "cpu": "c"}, "build": _build(label).to_json(),
+                "commit": f"{n}" * 40, "status": status, "exit": int(status == "red"),
+                "conformance": {"record": f"00{n}-{label}.conformance.json"}, "wall_s": 60.0,
+                "previous": None, "why": [], "events": [], "gate": None,
+                "asv": {"commit": f"{n}" * 40, "previous": None, "compare": [],
+                        "regressions": []}, **kw}
+
+    change = {"case": case, "unit": "TFLOP/s", "baseline": 1.0, "candidate": 0.9,
+              "interval": [0.88, 0.92], "detectable": 0.02, "rounds_to_decide": None,
+              "why": ""}
+    red = night(2, "2.11.0", "red", why=[f"gate: {case} tflops regression x0.900"],
+                previous={"label": "2.10.0", "torch": "2.10.0+cpu", "commit": "1" * 40},
+                events=[{"case": "fork_wait/x", "what": "warning appeared",
+                         "warning": "DeprecationWarning: planted", "versions": ["a", "b"]},
+                        {"case": "profiler.use_cuda", "what": "example", "from": "works",
+                         "to": "removed", "reason": "", "versions": ["a", "b"]},
+                        {"case": "(build)", "what": "build", "detail": "CUDA 12.8 -> 13.0",
+                         "versions": ["a", "b"]}],
+                gate={"rounds": 3, "design": "duet", "duets": ["amp.gemm_ladder"],
+                      "calibration": None, "counts": {"regression": 1, "inconclusive": 1},
+                      "moved": [{**change, "figure": "tflops[n=1024]", "verdict": "regression",
+                                 "factor": 0.9}],
+                      "inconclusive": [{**change, "figure": "tflops[n=256]",
+                                        "verdict": "inconclusive", "factor": 0.97,
+                                        "rounds_to_decide": 12}], "unverified": []},
+                asv={"commit": "2" * 40, "previous": "1" * 40,
+                     "compare": [{"mark": "slower", "before": "1ms", "after": "1.1ms",
+                                  "ratio": "1.10", "benchmark": "amp.asv_bench.MatmulTime."
+                                                                "time_matmul('cpu', 1024)"}],
+                     "regressions": [{"benchmark": "amp.asv_bench.MatmulTime.time_matmul"
+                                                   "(cpu, 1024, float32)", "from": "2.10.0",
+                                      "to": "2.11.0", "before": 1.0, "after": 1.1,
+                                      "factor": 1.1, "last": 1.1, "best": 1.0}]})
+    for n, rec in ((night(1, "2.10.0", "green"), conformance("2.10.0")),
+                   (red, conformance("2.11.0"))):
+        rec_dir.mkdir(exist_ok=True)
+        (rec_dir / f"{n['night']}.json").write_text(json.dumps(n))
+        (rec_dir / n["conformance"]["record"]).write_text(json.dumps(rec))
+    page = nightly_page.write(tmp_path / "html", rec_dir, tmp_path / "asv" / "html")
+    html = page.read_text()
+    for text in ("gate: amp/gemm_ladder[cpu default] tflops regression x0.900",
+                 "DeprecationWarning: planted", "works → removed", "CUDA 12.8 -&gt; 13.0",
+                 "tflops[n=256]", "12 rounds would decide", "[0.880, 0.920]",
+                 'href="../asv/html/index.html#amp.asv_bench.GemmTflops.track_tflops"',
+                 'href="../asv/html/index.html#amp.asv_bench.MatmulTime.time_matmul"',
+                 "2.10.0 → 2.11.0", 'class="light red"', "history.html"):
+        assert text in html, text
+    assert (tmp_path / "html" / "history.html").exists()
