@@ -24,5 +24,5 @@ done
 planted=.nightly/planted/$last-planted-matmul-0.1
 ".envs/torch-$last/bin/python" tests/planted/wrap.py "$planted" "matmul=0.1" >/dev/null || exit 2
 exec "$BIN/release-bench" nightly --rehearse "${releases[@]}" "$last" "$planted" --dir "$dir" \
-  --suite fork_wait --suite profiler --gate amp/gemm_ladder --rounds 3 \
+  --suite fork_wait --suite profiler --gate amp/gemm_ladder --rounds 5 \
   --asv-bench '^amp\.asv_bench\.MatmulTime'
