@@ -42,6 +42,11 @@ def alloc_conf() -> str:
     return os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF", "")
 
 
+def rounded_block(nbytes: int) -> int:
+    """A request of `nbytes` (> 0) rounded up to the allocator's 512 B unit."""
+    return max(MIN_BLOCK, MIN_BLOCK * math.ceil(nbytes / MIN_BLOCK))
+
+
 def cuda_block_size(nbytes: int, expandable: bool | None = None) -> int:
     """Bytes the CUDA caching allocator hands out for a request of `nbytes` from a fresh
     segment, under the default settings (see CUDA_RULE)."""
@@ -49,7 +54,7 @@ def cuda_block_size(nbytes: int, expandable: bool | None = None) -> int:
         return 0
     if expandable is None:
         expandable = "expandable_segments:true" in alloc_conf().replace(" ", "").lower()
-    size = max(MIN_BLOCK, MIN_BLOCK * math.ceil(nbytes / MIN_BLOCK))
+    size = rounded_block(nbytes)
     if size <= SMALL_SIZE or expandable:
         return size  # a small-pool segment of 2 MiB always leaves >= 512 B to split off
     if size < MIN_LARGE_ALLOC:
@@ -66,7 +71,7 @@ def cuda_block_bounds(nbytes: int) -> tuple[int, int]:
     are always split to the rounded size."""
     if nbytes <= 0:
         return 0, 0
-    size = max(MIN_BLOCK, MIN_BLOCK * math.ceil(nbytes / MIN_BLOCK))
+    size = rounded_block(nbytes)
     return size, size + (SMALL_SIZE if size > SMALL_SIZE else 0)
 
 
