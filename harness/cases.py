@@ -38,7 +38,7 @@ from harness.records import param_id as param_id  # how a parameter set is writt
 
 if TYPE_CHECKING:  # imported where used, so that the CLI can start (and explain) without torch
     from harness import stats
-    from harness.running import launch, timing
+    from harness.running import launch, timing, turns
 
 Params = dict[str, Any]
 ParamSpec = Sequence[Params] | Mapping[str, Sequence[Params]]
@@ -322,6 +322,9 @@ class Context:
     # the case's declared settings for this profile and device (Case.settings_for): what it
     # reads instead of keeping tables by profile
     settings: Mapping[str, Any] = field(default_factory=dict)
+    # a side of a round in bursts (`ab --bursts`): the turns the case's measuring worker takes
+    # (harness.running.turns.Turns); None when it measures alone
+    turns: turns.Turns | None = None
 
     @property
     def min_run_time(self) -> float:
@@ -559,6 +562,10 @@ class Case:
     # whether `ab --duet` may run it as a side of a duet (harness.running.duet): one process, its
     # figures CPU-bound and meaningful on half of the machine
     duet: bool = False
+    # whether `ab --bursts` may run it in bursts (harness.running.turns): both sides' processes
+    # alive through a round, measuring in turns; the case hands `ctx.turns` to the worker
+    # that measures, which takes a turn around each short block of its timing
+    bursts: bool = False
     # the releases where what it exercises came (`Since`): in an older release its outcome
     # is `n/a`, with the declared evidence; in a later one, what it finds absent is a failure
     since: tuple[Since, ...] = ()
@@ -663,13 +670,13 @@ class Suite:
     def _case(self, kind: str, params: ParamSpec, devices: Sequence[str], needs: Sequence[str],
               sampled: bool = True, options: Sequence[str] = (),
               tracks: Sequence[TrackView] = (), settings: SettingsSpec | None = None,
-              duet: bool = False, since: Sequence[Since] = ()):
+              duet: bool = False, since: Sequence[Since] = (), bursts: bool = False):
         def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
             declared = Settings.declare(settings, f"{self.name}/{func.__name__}")
             self.cases.append(
                 Case(self.name, func.__name__, kind, func, _first_line(func),
                      params or [{}], tuple(devices), tuple(needs), sampled, tuple(options),
-                     tuple(tracks), declared, duet, tuple(since))
+                     tuple(tracks), declared, duet, bursts, tuple(since))
             )
             return func
 
@@ -689,17 +696,19 @@ class Suite:
     def benchmark(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                   needs: Sequence[str] = (), sampled: bool = True, options: Sequence[str] = (),
                   tracks: Sequence[TrackView] = (), settings: SettingsSpec | None = None,
-                  duet: bool = False, since: Sequence[Since] = ()):
+                  duet: bool = False, since: Sequence[Since] = (), bursts: bool = False):
         """Decorator: register a benchmark case (named after the function). `sampled=False`
         keeps the runner's telemetry off while it runs (for cases that sample themselves);
         `options` names parameters it reads when given (the CLI's --param may set them);
         `tracks` declares the figures asv tracks; `settings` are its values by profile (sizes,
         plans, timeouts: see `Settings`), read from `ctx.settings`. `duet=True`: `ab --duet`
         runs it on the CPU as a side of a duet (one process whose figures hold on half the
-        machine; see harness.running.duet). How many rounds `ab` gives it is this machine's
+        machine; see harness.running.duet). `bursts=True`: `ab --bursts` runs both sides'
+        processes through a round together, taking turns (harness.running.turns): the case
+        passes `ctx.turns` to what measures. How many rounds `ab` gives it is this machine's
         calibration's to say. `since`: as for `conformance`."""
         return self._case("benchmark", params, devices, needs, sampled, options, tracks,
-                          settings, duet, since)
+                          settings, duet, since, bursts)
 
     def workload(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                  needs: Sequence[str] = (), asv_name: str = ""):

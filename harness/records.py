@@ -92,6 +92,7 @@ class Design(enum.StrEnum):
 
     SEQUENTIAL = "sequential"
     DUET = "duet"  # both sides of a round at once, on swapped halves (harness.running.duet)
+    BURSTS = "bursts"  # both sides of a round alive at once, in turns (harness.running.turns)
 
 _METRIC = {
     "type": "object",

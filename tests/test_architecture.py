@@ -77,6 +77,8 @@ UPWARD_ALLOWED = {
         "a case's Context starts its workers through launch (the runner, above, runs cases)",
     "harness/cases.py -> harness.running.timing":
         "a case's Context times its statements with timing",
+    "harness/cases.py -> harness.running.turns":
+        "a case's Context carries the turns of a round in bursts to its workers (a type only)",
     "harness/running/nodes.py -> harness.commands.run":
         "the node agent torchrun starts is an entry point: node 0's agent runs the run command",
 }

@@ -189,16 +189,18 @@ def test_show_rejects_a_corrupt_file_in_one_line(tmp_path):
 
 
 def test_run_writes_a_record_prints_progress_and_show_reads_it(tmp_path):
-    out = cli_run("run", "--suite", "fork_wait", "--case", "example", "--out", str(tmp_path))
+    # not a fork_wait case: torch's fork/wait crashes a process at exit now and then
+    # (pytorch#38228, what fork_wait's clean_exit checks), which is not this test's business
+    out = cli_run("run", "--suite", "rpc", "--case", "roundtrip", "--out", str(tmp_path))
     assert out.returncode == 0, out.stderr
-    assert "fork_wait/release_notes_example[cpu default] pass in" in out.stderr
+    assert "rpc/roundtrip[cpu default] pass in" in out.stderr
     assert "totals: 1 pass, 0 fail, 0 error, 0 skip" in out.stdout
     (path,) = tmp_path.rglob("*.json")
     run = records.read_run(path)
     assert run.profile == "quick" and run.finished
     assert run.torch_version == torch.__version__
     shown = cli_run("show", str(tmp_path))
-    assert shown.returncode == 0 and "fork_wait/release_notes_example" in shown.stdout
+    assert shown.returncode == 0 and "rpc/roundtrip" in shown.stdout
 
 
 def lost_wait(fut: torch.jit.Future[torch.Tensor]) -> torch.Tensor:

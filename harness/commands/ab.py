@@ -9,6 +9,7 @@ import sys
 from harness import records
 from harness.commands import common, judging
 from harness.commands.common import UsageError
+from harness.records import Design
 
 # ab's rounds a side: A B, B A, A B, B A, A B
 DEFAULT_ROUNDS = 5
@@ -67,7 +68,8 @@ def main(args) -> int:
     history = history_floor(args)
     run_args = common.run_args(args)
     if args.judge:  # the stored rounds say how they were measured, and so which calibration
-        args.duet = ab.measured_as_duet(Path(args.judge))
+        measured = ab.measured_design(Path(args.judge))
+        args.duet, args.bursts = measured == Design.DUET, measured == Design.BURSTS
     cal, cal_line = common.read_calibration(args)
     try:
         if args.judge:
@@ -90,6 +92,9 @@ def main(args) -> int:
               f"{res['rounds']} swapped pair{'s' if res['rounds'] != 1 else ''} on CPUs "
               f"{halves}): {', '.join(duets)}; on the "
               f"CPU only (their CUDA runs, if any, need ab without --duet)")
+    if bursts := res.get("design", {}).get("bursts_units", []):
+        print(f"in bursts ({res['rounds']} rounds, both sides alive through each, in turns; "
+              f"the turns' log in {res['dir']}/turns): {', '.join(bursts)}")
     counts = judging.print_changes(res["changes"], False)
     judging.print_stages(res.get("judged", []))
     print("rounds' spread: " + judging.detectable_line(res["changes"]))

@@ -10,7 +10,6 @@ from harness import records
 from harness.commands import ab as ab_command
 from harness.commands import common, judging
 from harness.commands.common import EXIT_OK, UsageError
-from harness.records import Design
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="calibrate duets (`ab --duet`) instead of sequential rounds: the "
                              "duet-capable benchmarks, --rounds swapped pairs; written to "
                              "<machine>.duet.json")
+    parser.add_argument("--bursts", action="store_true",
+                        help="calibrate bursts (`ab --bursts`) instead: the bursts-capable "
+                             "benchmarks, --rounds rounds; written to <machine>.bursts.json")
 
 
 def main(args) -> int:
@@ -43,12 +45,12 @@ def main(args) -> int:
     suites = common.selected_suites(args)
     if args.rounds < 3:
         raise UsageError(f"--rounds must be at least 3 to measure a spread, got {args.rounds}")
-    units = [u for u in judging.units(suites, args) if u.benchmark and u.duet == args.duet]
+    design = common.design(args)
+    units = [u for u in judging.units(suites, args) if u.benchmark and u.design == design]
     if not units:
         raise UsageError("nothing to calibrate: no benchmark case matches the selection")
     root = Path(args.out) if args.out else calibration.CALIBRATIONS
     here = machine.fingerprint()
-    design = Design.DUET if args.duet else Design.SEQUENTIAL
     _keep_other_hardwares(calibration.path_for(here["name"], root, design), here, args.replace)
     started = records.now()
     try:

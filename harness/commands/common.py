@@ -97,6 +97,21 @@ def add_duet(parser: argparse.ArgumentParser) -> None:
                         help="run each duet-capable benchmark as a duet: both sides at once, "
                              "each on half of the CPUs (swapped every other round), judged per "
                              "swapped pair; --rounds then counts pairs (harness.running.duet)")
+    parser.add_argument("--bursts", action="store_true",
+                        help="run each bursts-capable benchmark (the RPC and DDP+RPC "
+                             "latencies) in bursts: both sides' processes alive through a "
+                             "round, measuring in turns A B, B A, ..., each only while the "
+                             "other waits (harness.running.turns)")
+
+
+def design(args) -> Design:
+    """The design `--duet` or `--bursts` asks for (sequential without either); both at once
+    are refused in one line: a comparison is judged with one design's calibration."""
+    duet, bursts = getattr(args, "duet", False), getattr(args, "bursts", False)
+    if duet and bursts:
+        raise UsageError("--duet and --bursts: choose one design (each is judged with its own "
+                         "calibration)")
+    return Design.DUET if duet else Design.BURSTS if bursts else Design.SEQUENTIAL
 
 
 def add_calibration(parser: argparse.ArgumentParser) -> None:
@@ -117,19 +132,20 @@ def read_calibration(args, fingerprint: dict | None = None):
     if spec == "none":
         return None, "calibration: none (--calibration none): conservative defaults"
     # a duet's rounds wander less than sequential ones: each design has its own calibration
-    design = Design.DUET if getattr(args, "duet", False) else Design.SEQUENTIAL
+    wanted = design(args)
     fingerprint = fingerprint or machine.fingerprint()
     if spec is None:
-        return calibration.for_machine(fingerprint, design=design)
+        return calibration.for_machine(fingerprint, design=wanted)
     try:
         cal = calibration.read(spec)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise UsageError(f"--calibration {spec}: not a calibration ({e})") from e
     if differ := machine.differences(cal.machine, fingerprint):
         raise UsageError(f"--calibration {spec}: of other hardware ({differ[0]})")
-    if cal.design != design:
+    if cal.design != wanted:
+        option = "" if wanted == Design.SEQUENTIAL else f" --{wanted}"
         raise UsageError(f"--calibration {spec}: calibrates {cal.design} rounds, and these are "
-                         f"{design} (release-bench calibrate{' --duet' * (design == 'duet')})")
+                         f"{wanted} (release-bench calibrate{option})")
     return cal, f"calibration: {spec}"
 
 

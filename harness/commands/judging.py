@@ -6,6 +6,7 @@ from __future__ import annotations
 from harness import records
 from harness.commands import common
 from harness.commands.common import UsageError
+from harness.records import Design
 
 
 def history_runs(spec, cand: records.Run, exclude: set, required: bool) -> list[records.Run]:
@@ -96,9 +97,13 @@ def units(suites: list[str], args, cal=None) -> list:  # of campaign.Unit
     the rounds factors of the calibration `cal`."""
     from harness.comparing import campaign
 
-    duet = getattr(args, "duet", False)
-    if not (units := campaign.units(suites, args.case, args.skip, cal, duet)):
+    wanted = common.design(args)
+    duet, bursts = wanted == Design.DUET, wanted == Design.BURSTS
+    if not (units := campaign.units(suites, args.case, args.skip, cal, duet, bursts)):
         raise UsageError("nothing to run: no case matches the given suite, case and skip")
+    if bursts and not any(u.bursts for u in units):
+        raise UsageError("--bursts: none of the selected benchmarks can run in bursts (see "
+                         "`release-bench list`: bursts-capable cases say so)")
     if duet:
         from harness.running import duet as duets
 

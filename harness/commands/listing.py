@@ -44,6 +44,9 @@ def main(args) -> int:
                 print(f"  {'':<11} " + (
                     "duet: yes (ab --duet runs it on the CPU, both sides at once)" if c.duet
                     else "duet: no (ab --duet runs it sequentially)"))
+                if c.bursts:
+                    print(f"  {'':<11} bursts: yes (ab --bursts keeps both sides alive "
+                          f"through a round, measuring in turns)")
         for w in suite.workloads:
             print(f"  {'workload':<11} {w.name:<34} [devices: {'/'.join(w.devices)}] {w.doc}")
     return EXIT_OK

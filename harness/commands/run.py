@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -44,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--barrier", metavar="DIR",
                         help="start each case together with the other process given the same "
                              "folder (a side of `ab --duet`)")
+    parser.add_argument("--turns", metavar="SIDE@SOCKET",
+                        help="measure the bursts cases in the turns the referee at SOCKET "
+                             "grants side SIDE (A or B): a side of `ab --bursts`")
     common.add_expectations(parser)
 
 
@@ -87,10 +91,16 @@ def main(args, cluster: Cluster | None = None) -> int:
         _print_plan(planned, args.profile, devices)
         return EXIT_OK
     barrier = _place(args)
-    tel = None if args.no_telemetry else telemetry.Telemetry(args.telemetry_interval)
+    turns = _turns(args.turns) if args.turns else None
+    # a side of a round in bursts: its partner, started by the same campaign, is no neighbour
+    # (it waits while this side measures), so the campaign's whole tree is our own work
+    tree_of = os.getppid() if turns is not None else None
+    tel = None if args.no_telemetry else telemetry.Telemetry(args.telemetry_interval,
+                                                             tree_of=tree_of)
     try:
         path, run = runner.run(planned, args.profile, args.out, telemetry=tel,
-                               notes=notes, cluster=cluster, barrier=barrier)
+                               notes=notes, cluster=cluster, barrier=barrier,
+                               turns=turns)
     except runner.Interrupted as e:
         # SIGINT or SIGTERM: the workers are reaped and the record is marked; say where it is
         kept = f"the run record is in {e.path}" if e.path else "no run record was written yet"
@@ -125,6 +135,16 @@ def _print_plan(planned: list, profile: str, devices: list[str]) -> None:
                 print(f"    {line}")
     print(f"{len(planned)} case runs planned, profile {profile} ({MIN_RUN_TIME[profile]:g} s "
           f"of measurement per timed statement by default), devices {', '.join(devices)}")
+
+
+def _turns(text: str):  # -> harness.running.turns.Turns
+    """`--turns A@/path/to/socket`: side A's handle on that referee."""
+    from harness.running import turns
+
+    side, _, address = text.partition("@")
+    if side not in turns.SIDES or not address:
+        raise UsageError(f"--turns: expected SIDE@SOCKET with SIDE A or B, got {text!r}")
+    return turns.Turns(address, turns.SIDES.index(side))
 
 
 def _place(args) -> duet.Barrier | None:

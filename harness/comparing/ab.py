@@ -23,6 +23,7 @@ from harness import records
 from harness.comparing import campaign, compare
 from harness.comparing.calibration import Calibration
 from harness.comparing.campaign import CampaignError, Unit
+from harness.records import Design
 
 SIDES = ("A", "B")
 
@@ -72,25 +73,38 @@ def ab(a: str, b: str, units: list[Unit], run_args: list[str], rounds: int, out_
 
 
 def design_of(units: list[Unit]) -> dict[str, Any]:
-    """How the campaign measures: sequential rounds, or duets for its duet units, each side
-    on a half of these CPUs in a round (harness.running.duet)."""
+    """How the campaign measures: sequential rounds, or duets for its duet units (each side on
+    a half of these CPUs in a round, harness.running.duet), or bursts for its bursts units
+    (both sides alive through a round, in turns, harness.running.turns). `kind` is the design
+    that decides which calibration judges: bursts where any unit has them, duet where any
+    has it."""
     duets = [u.name for u in units if u.duet]
-    if not duets:
-        return {"kind": "sequential"}
-    from harness.running import duet
+    bursts = [u.name for u in units if u.bursts]
+    out: dict[str, Any] = {"kind": Design.SEQUENTIAL}
+    if duets:
+        from harness.running import duet
 
-    return {"kind": "duet", "duet_units": duets, "halves": [list(h) for h in duet.halves()],
-            "swap": "the halves swap every other round; judged per swapped pair"}
+        out |= {"kind": Design.DUET, "duet_units": duets,
+                "halves": [list(h) for h in duet.halves()],
+                "swap": "the halves swap every other round; judged per swapped pair"}
+    if bursts:
+        out |= {"kind": Design.BURSTS, "bursts_units": bursts,
+                "turns": "both sides alive through a round, in turns A B, B A, ...; a turn "
+                         "only while the other side waits; judged per round"}
+    return out
 
 
-def measured_as_duet(base: Path) -> bool:
-    """Whether a stored ab folder ran duets (then its verdicts read the duet calibration);
-    False for a folder that is not one (`judge` says why)."""
+def measured_design(base: Path) -> Design:
+    """How a stored ab folder measured (its verdicts read that design's calibration);
+    sequential for a folder that is not one (`judge` says why)."""
     try:
         meta = json.loads((base / "ab.json").read_text())
     except (OSError, ValueError):
-        return False
-    return (meta.get("design") or {}).get("kind") == "duet"
+        return Design.SEQUENTIAL
+    try:
+        return Design((meta.get("design") or {}).get("kind", Design.SEQUENTIAL))
+    except ValueError:
+        return Design.SEQUENTIAL
 
 
 def schedule(rounds: int) -> str:

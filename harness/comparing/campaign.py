@@ -115,9 +115,19 @@ class Unit:
     # its rounds are this many times the campaign's: more where this machine's calibration
     # found its figures' level drawn per process (harness.comparing.calibration)
     rounds_factor: int = 1
-    # run as a duet (harness.running.duet): both sides of a round at once, on the CPU, each on its
-    # half of the machine, the halves swapped from round to round
-    duet: bool = False
+    # how a round measures it: sequential (the sides one after the other); a duet
+    # (harness.running.duet: both sides at once, on the CPU, each on its half of the machine,
+    # the halves swapped from round to round); bursts (harness.running.turns: both sides'
+    # processes alive at once, measuring in turns)
+    design: Design = Design.SEQUENTIAL
+
+    @property
+    def duet(self) -> bool:
+        return self.design == Design.DUET
+
+    @property
+    def bursts(self) -> bool:
+        return self.design == Design.BURSTS
 
     @property
     def name(self) -> str:
@@ -138,14 +148,15 @@ class Unit:
 
 def units(suites: list[str], case_filter: str | None = None,
           skip: Iterable[str] = (), cal: Calibration | None = None,
-          duet: bool = False) -> list[Unit]:
+          duet: bool = False, bursts: bool = False) -> list[Unit]:
     """The units of the selected cases, suite by suite: the conformance cases, then each
     benchmark case on its own. A benchmark in a process of its own is measured on the sides
     of a round a process start apart, not a whole suite apart: the level of a DDP+RPC step
     drifts within a minute here (5.1 to 7.7 ms over one ab's rounds), and while its suite ran
     between the two sides it escaped a 25% slowdown that an ab of that case alone caught.
     A benchmark's rounds factor comes from this machine's calibration `cal` (1 without).
-    With `duet`, each benchmark declared duet-capable is a duet unit."""
+    With `duet`, each benchmark declared duet-capable is a duet unit; with `bursts`, each
+    declared bursts-capable is measured in bursts (before a duet, where it is both)."""
     from harness import registry
     from harness.running import runner
 
@@ -157,8 +168,10 @@ def units(suites: list[str], case_filter: str | None = None,
         for c in cases:
             if c.kind == "benchmark":
                 factor = cal.rounds_factor.get(f"{name}.{c.name}", 1) if cal else 1
+                design = (Design.BURSTS if bursts and c.bursts else
+                          Design.DUET if duet and c.duet else Design.SEQUENTIAL)
                 out.append(Unit(name, (c.name,), benchmark=True, rounds_factor=factor,
-                                duet=duet and c.duet))
+                                design=design))
     return out
 
 
@@ -258,15 +271,18 @@ class Campaign:
         n, total = 0, len(steps)
         for (unit, r), group in itertools.groupby(steps, key=lambda s: (s.unit, s.round)):
             sides = [self.sides[i] for _, _, i in group]
-            # a duet's sides run at once: one line for both
-            for batch in [sides] if unit.duet else [[side] for side in sides]:
+            # a duet's or a bursts round's sides run at once: one line for both
+            together = unit.design != Design.SEQUENTIAL
+            for batch in [sides] if together else [[side] for side in sides]:
                 t0 = time.perf_counter()
                 n += len(batch)
                 what = " with ".join(s.label for s in batch)
                 self.progress(f"[{n}/{total}] {what} {unit.name} (round {r + 1}"
-                              f"{', a duet' if unit.duet else ''}) ...")
+                              f"{f', a {unit.design}' if together else ''}) ...")
                 if unit.duet:
                     self.run_duet(unit, r, batch)
+                elif unit.bursts:
+                    self.run_bursts(unit, r, batch)
                 else:
                     self.run_one(unit, r, batch[0])
                 self.progress(f"[{n}/{total}] done in {time.perf_counter() - t0:.0f} s")
@@ -306,6 +322,43 @@ class Campaign:
         with contextlib.suppress(OSError):  # the last round's leaves the folder empty
             barrier.parent.rmdir()
         for side, _ in procs:
+            if _written(self._where(unit, r, side)) is None:
+                raise self._missing(unit, side)
+
+
+    def run_bursts(self, unit: Unit, r: int, sides: list[Side]) -> None:
+        """Both sides of a round started together and measuring in turns granted by a referee
+        (harness.running.turns), the side first in the round's rotation first. Each side's
+        exit is told to the referee as it happens: a side that failed ends its partner's round
+        with an error rather than a wait. The referee's log of the turns is kept under
+        `turns/`."""
+        from harness.running import turns
+
+        # the referee's A is the side that goes first in this round's rotation (`sides` is in
+        # that order): each campaign side goes first in half of the rounds
+        order = list(sides)
+        with turns.Referee() as referee:
+            procs = []
+            for side in sides:
+                label = turns.SIDES[order.index(side)]
+                procs.append((order.index(side), side, start_round(
+                    side.python, unit.selection(),
+                    [*self.run_args, "--turns", f"{label}@{referee.address}"],
+                    self._where(unit, r, side), log_path(self.base, side.key))))
+            running = list(procs)
+            while running:
+                for item in list(running):
+                    (proc, log) = item[2]
+                    if (status := proc.poll()) is not None:
+                        log.close()
+                        referee.ended(item[0], status)
+                        running.remove(item)
+                time.sleep(0.2)
+            log_doc = {"unit": unit.name, "round": r,
+                       "sides": {turns.SIDES[i]: side.key for i, side, _ in procs},
+                       **referee.summary()}
+        records.write_json_atomic(self.base / "turns" / f"{unit.name}-{r:02d}.json", log_doc)
+        for _, side, _ in procs:
             if _written(self._where(unit, r, side)) is None:
                 raise self._missing(unit, side)
 

@@ -37,6 +37,7 @@ from harness.running.telemetry import Telemetry
 if TYPE_CHECKING:
     from harness.running.duet import Barrier
     from harness.running.launch import Cluster
+    from harness.running.turns import Turns
 
 MAX_REASON = 400
 
@@ -179,6 +180,7 @@ def execute(
     telemetry: Telemetry | None = None,
     worker_setup: Callable[[], None] | None = None,
     cluster: Cluster | None = None,
+    turns: Turns | None = None,
 ) -> records.Result:
     """Run one case once and return its result entry (never raises, except KeyboardInterrupt).
 
@@ -187,10 +189,12 @@ def execute(
     worker process the case launches (`ctx.launch`), before its work: how a test breaks a
     feature on purpose inside workers (in this process, monkeypatch does it). With `cluster`
     (node 0 of a run across hosts) the case's workers are spread over its hosts, and the
-    entry says which host each rank ran on.
+    entry says which host each rank ran on. With `turns` (a side of a round in bursts) a case
+    declared `bursts=True` measures in the turns they grant (harness.running.turns).
     """
     ctx = Context(device=device, profile=profile, params=dict(params), cluster=cluster,
-                  worker_setup=worker_setup, settings=case.settings_for(profile, device))
+                  worker_setup=worker_setup, settings=case.settings_for(profile, device),
+                  turns=turns if case.bursts else None)
     started = records.now()
     sampled = telemetry is not None and case.sampled
     sampler = telemetry.sampler() if sampled else nullcontext()
@@ -318,12 +322,13 @@ class _SignalGuard:
             signal.signal(s, signal.SIG_DFL if h is None else h)
 
 
-def _measured(barrier: Barrier | None) -> dict[str, Any]:
-    """How this process measures: alone or as a side of a duet, on which CPUs, with how many
-    intra-op threads."""
+def _measured(barrier: Barrier | None, turns: Turns | None = None) -> dict[str, Any]:
+    """How this process measures: alone, as a side of a duet or of a round in bursts, on which
+    CPUs, with how many intra-op threads."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return {"design": Design.SEQUENTIAL if barrier is None else Design.DUET, "cpus": cpus,
-            "threads": torch.get_num_threads()}
+    design = (Design.DUET if barrier is not None else Design.BURSTS if turns is not None
+              else Design.SEQUENTIAL)
+    return {"design": design, "cpus": cpus, "threads": torch.get_num_threads()}
 
 
 def _mark_interrupted(run: records.Run, stop: Interrupted, planned: int) -> records.Run:
@@ -344,12 +349,15 @@ def run(
     notes: Sequence[str] = (),
     cluster: Cluster | None = None,
     barrier: Barrier | None = None,
+    turns: Turns | None = None,
 ) -> tuple[Path, records.Run]:
     """Execute the plan, rewriting the run file atomically after every case.
 
     With `cluster` (node 0 of a run across hosts) every case's workers are spread over its
     hosts, and the record lists them. With `barrier` (a side of a duet, `harness.running.duet`) each
-    case starts when the other side reaches it too, and its entry says whether it did.
+    case starts when the other side reaches it too, and its entry says whether it did. With
+    `turns` (a side of a round in bursts, `harness.running.turns`) its bursts cases measure in
+    the referee's turns.
 
     A run interrupted part-way keeps every finished case on disk, with `finished` null.
     SIGINT, SIGTERM or a KeyboardInterrupt abandons the case under way (launch reaps its
@@ -369,7 +377,7 @@ def run(
         run_doc = records.new_run(machine.fingerprint(), profile, command=command,
                                   telemetry=telemetry.info if telemetry is not None else None,
                                   hosts=cluster.hosts() if cluster is not None else None,
-                                  notes=tuple(notes), measured=_measured(barrier))
+                                  notes=tuple(notes), measured=_measured(barrier, turns))
         path = records.run_path(out_dir, run_doc)
         records.write_run(path, run_doc)
         width = len(str(len(planned)))
@@ -378,7 +386,8 @@ def run(
             where = f"during {p.label} (case {i} of {len(planned)})"
             progress(f"[{i:>{width}}/{len(planned)}] {p.label} ...")
             met = barrier.wait(f"case-{i}") if barrier is not None else None
-            entry = execute(p.case, p.device, p.params, profile, telemetry, cluster=cluster)
+            entry = execute(p.case, p.device, p.params, profile, telemetry, cluster=cluster,
+                            turns=turns)
             if met is not None:
                 entry = dataclasses.replace(entry, details={
                     **entry.details, "duet": {"partner": met[0], "waited_s": round(met[1], 3)}})

@@ -295,7 +295,7 @@ def faults(ctx: Context) -> None:
 # (RPC sessions re-joined inside one set of processes, as rpc/round_trip does, cannot carry
 # the RRefs the hybrid needs: torch's RRef context stays bound to the first RPC agent.)
 @suite.benchmark(params={"quick": [{"ddp": "inside"}], "full": [{"ddp": m} for m in MODES]},
-                 needs=("distributed",), duet=True,
+                 needs=("distributed",), duet=True, bursts=True,
                  tracks=[TrackView(
                      "HybridStep", "Seconds per hybrid step and per phase on trainer 1, and the "
                      "step's overhead over the local step, from the suite's step_time case.",
@@ -316,7 +316,8 @@ def step_time(ctx: Context) -> None:
     batches = make_batches(BENCH_SHAPE, 8)
     plan = ctx.settings
     spec = new_spec("measure", mode, ctx.device, batches, BENCH_SHAPE, lockstep=False,
-                    rounds=plan["rounds"], steps_per_round=plan["steps_per_round"])
+                    rounds=plan["rounds"], steps_per_round=plan["steps_per_round"],
+                    turns=ctx.turns)
     launches = [run_hybrid(ctx, spec) for _ in range(plan["launches"])]
     per_trainer, per_launch = {}, {}
     for rank in TRAINER_RANKS:

@@ -11,6 +11,7 @@ survivors of a dead peer fail on their own instead of waiting for the launcher.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -30,6 +31,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from harness.running import rpc_group
 from harness.running.timing import synchronize
+from harness.running.turns import Turns
 from suites.ddp_rpc.model import (
     LOSSES,
     PS_RANK,
@@ -70,6 +72,10 @@ class Spec:
     death_file: str | None = None  # the killed rank writes the time of its death here
     steps_per_round: int = 20  # task "measure": timed steps per round
     rounds: int = 3
+    # task "measure" as a side of a round in bursts (harness.running.turns): trainer 1 takes a
+    # turn around each round of steps and around the bare transfers, the other trainer held
+    # at barriers inside it
+    turns: Turns | None = None
     warmup: int = 3
 
 
@@ -275,23 +281,33 @@ def measure_task(rank: int, spec: Spec, group: dist.ProcessGroup) -> dict[str, A
     for i in range(spec.warmup):
         _timed_hybrid_step(tr, spec, batches[i % len(batches)])
         _timed(local, dev)
+    # both trainers meet at a barrier before and after each block, so that in a turn neither
+    # runs outside it
+    turn = (spec.turns.turn if spec.turns is not None and rank == TRAINER_RANKS[0]
+            else contextlib.nullcontext)
     n = 0
     for _ in range(spec.rounds):
-        dist.barrier(group=group)
-        for _ in range(spec.steps_per_round):
-            for name, v in _timed_hybrid_step(tr, spec, batches[n % len(batches)]).items():
-                phases[name].append(v)
-            n += 1
-        for _ in range(spec.steps_per_round):
-            phases["local_step"].append(_timed(local, dev))
+        with turn():
+            dist.barrier(group=group)
+            for _ in range(spec.steps_per_round):
+                for name, v in _timed_hybrid_step(tr, spec, batches[n % len(batches)]).items():
+                    phases[name].append(v)
+                n += 1
+            for _ in range(spec.steps_per_round):
+                phases["local_step"].append(_timed(local, dev))
+            dist.barrier(group=group)
 
     repeats = spec.rounds * spec.steps_per_round
     b = batches[0]
-    rpc_forward = [_timed(lambda: tr.remote.forward(b.indices, b.offsets), None)
-                   for _ in range(repeats)]
     flat = torch.zeros(sum(p.numel() for p in tr.dense.parameters()), device=dev)
-    dist.barrier(group=group)
-    allreduce = [_timed(lambda: dist.all_reduce(flat, group=group), dev) for _ in range(repeats)]
+    with turn():
+        dist.barrier(group=group)
+        rpc_forward = [_timed(lambda: tr.remote.forward(b.indices, b.offsets), None)
+                       for _ in range(repeats)]
+        dist.barrier(group=group)
+        allreduce = [_timed(lambda: dist.all_reduce(flat, group=group), dev)
+                     for _ in range(repeats)]
+        dist.barrier(group=group)
     return {"phases": phases, "rpc_forward": rpc_forward, "allreduce": allreduce,
             "dense_grad_bytes": flat.numel() * flat.element_size()}
 

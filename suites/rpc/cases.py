@@ -294,7 +294,7 @@ def _forced_spec(device: str, transport: str) -> GroupSpec:
 # `launch_timeout_s` bounds each of the case's launches (the main one and one per forced
 # transport); `plan` is how each launch samples every path (measure.Plan).
 @suite.benchmark(devices=DEVICES, needs=("distributed",), options=("sizes", "min_samples"),
-                 settings={
+                 bursts=True, settings={
                      "quick": {"sizes": HEADLINE_SIZES, "launch_timeout_s": 240.0,
                                "plan": measure.Plan(seconds=0.08, min_samples=30,
                                                     max_samples=800, rounds=8, sessions=6,
@@ -370,7 +370,8 @@ def _launch_round_trips(ctx: Context, sizes: list[int], plan: measure.Plan,
     transport (its Python echo and its own floor)."""
     main_spec = GroupSpec(device=ctx.device, gloo=True)
     (main, _) = _launch(ctx, workers.round_trip, 2, (main_spec, MAIN_PATHS, sizes, plan,
-                                                      IN_FLIGHT, ctx.min_run_time), timeout)
+                                                      IN_FLIGHT, ctx.min_run_time, ctx.turns),
+                        timeout)
     # One process cannot offer one peer shm and another uv (a mixed group fails with
     # "unsupported transport"), so each forced transport gets its own launch with its own
     # floor, and the two are compared through their ratios to those floors.
@@ -378,7 +379,8 @@ def _launch_round_trips(ctx: Context, sizes: list[int], plan: measure.Plan,
     for t in forced_transports:
         (forced[t], _) = _launch(ctx, workers.round_trip, 2, (_forced_spec(ctx.device, t),
                                                                ["tp_python", "tcp"], sizes,
-                                                               plan, IN_FLIGHT, 0.0), timeout)
+                                                               plan, IN_FLIGHT, 0.0,
+                                                               ctx.turns), timeout)
     return main, forced
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,10 +70,12 @@ def _warm(sampler: Sampler, seconds: float) -> float:
     return float(np.median(times))
 
 
-def sample_interleaved(samplers: Mapping[str, Sampler], plan: Plan,
-                       seed: int = 0) -> dict[str, np.ndarray]:
+def sample_interleaved(samplers: Mapping[str, Sampler], plan: Plan, seed: int = 0,
+                       turn: Callable[[], AbstractContextManager] = nullcontext
+                       ) -> dict[str, np.ndarray]:
     """Per-call seconds of each path in one session; each round samples every path once, in
-    a random order (seeded: each session its own)."""
+    a random order (seeded: each session its own), inside a `turn()` (a burst of a round in
+    turns, harness.running.turns; nothing otherwise)."""
     names = list(samplers)
     rng = np.random.default_rng(seed)
     wanted = {}
@@ -86,8 +89,9 @@ def sample_interleaved(samplers: Mapping[str, Sampler], plan: Plan,
     per_round = {name: -(-n // rounds) for name, n in wanted.items()}
     got: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(rounds):
-        for i in rng.permutation(len(names)):
-            got[names[i]] += samplers[names[i]](per_round[names[i]])
+        with turn():
+            for i in rng.permutation(len(names)):
+                got[names[i]] += samplers[names[i]](per_round[names[i]])
     return {name: np.asarray(v) for name, v in got.items()}
 
 

@@ -8,6 +8,7 @@ whether a case passed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -21,6 +22,7 @@ import torch.distributed as dist
 from torch.distributed import rpc
 
 from harness.running import launch, timing
+from harness.running.turns import Turns
 from suites.rpc import caller, measure, paths, remote
 from suites.rpc.caller import PEER, GroupSpec, joined, worker_name
 
@@ -60,10 +62,12 @@ SAMPLERS: dict[str, Callable[[str, int], measure.Sampler]] = {
 
 def round_trip(rank: int, world: int, spec: GroupSpec, path_names: list[str],
                sizes: list[int], plan: measure.Plan, in_flight: int,
-               throughput_s: float) -> dict[str, Any] | None:
+               throughput_s: float, turns: Turns | None = None) -> dict[str, Any] | None:
     """Rank 0: in each of `plan.sessions` fresh RPC sessions (see measure), per payload size,
     sample every path interleaved; and, when `throughput_s` > 0, time `in_flight` calls made
-    with rpc_async against rpc_sync. Every figure pools the sessions."""
+    with rpc_async against rpc_sync. Every figure pools the sessions. With `turns` (a side of
+    a round in bursts) each round of blocks, and each in-flight timing, is a turn."""
+    turn = turns.turn if turns is not None else contextlib.nullcontext
     latency = {n: {p: [] for p in path_names} for n in sizes}
     # each session's timed blocks of the in-flight calls
     flight: dict[int, dict[str, list[list[float]]]] = {n: {"rpc_sync": [], "rpc_async": []}
@@ -76,20 +80,29 @@ def round_trip(rank: int, world: int, spec: GroupSpec, path_names: list[str],
             with caller.client(spec.device) as s:
                 for nbytes in sizes:
                     samplers = {p: SAMPLERS[p](spec.device, nbytes) for p in path_names}
-                    for p, got in measure.sample_interleaved(samplers, plan, seed=k).items():
+                    for p, got in measure.sample_interleaved(samplers, plan, seed=k,
+                                                             turn=turn).items():
                         latency[nbytes][p].append(got)
                     if throughput_s > 0 and nbytes in flight:
-                        t = timing.measure_interleaved(
-                            {"rpc_sync": paths.tensorpipe_sync_batch(spec.device, nbytes,
-                                                                     in_flight),
-                             "rpc_async": paths.tensorpipe_async(spec.device, nbytes, in_flight)},
-                            device=spec.device, min_run_time=throughput_s / plan.sessions,
-                            # the sessions' blocks are pooled: together they make the minimum
-                            min_blocks=-(-timing.MIN_BLOCKS // plan.sessions))
+                        with turn():
+                            t = timing.measure_interleaved(
+                                {"rpc_sync": paths.tensorpipe_sync_batch(spec.device, nbytes,
+                                                                         in_flight),
+                                 "rpc_async": paths.tensorpipe_async(spec.device, nbytes,
+                                                                     in_flight)},
+                                device=spec.device, min_run_time=throughput_s / plan.sessions,
+                                # the sessions' blocks are pooled: together the minimum
+                                min_blocks=-(-timing.MIN_BLOCKS // plan.sessions))
                         for name, timed in t.items():
                             flight[nbytes][name].append(list(timed.times))
                     s.release()
                 sockets = caller.transports_seen()
+    return _round_trip_result(rank, latency, flight, sockets, sizes, path_names, throughput_s)
+
+
+def _round_trip_result(rank: int, latency: dict, flight: dict, sockets: dict[str, int],
+                       sizes: list[int], path_names: list[str], throughput_s: float
+                       ) -> dict[str, Any] | None:
     if rank != 0:
         return None
     out: dict[str, Any] = {"sizes": {}, "sockets": sockets}

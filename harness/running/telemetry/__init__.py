@@ -27,9 +27,12 @@ DEFAULT_INTERVAL_S = 0.1  # 10 Hz
 
 
 class Telemetry:
-    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, nvml: Any | None = None):
+    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, nvml: Any | None = None,
+                 tree_of: int | None = None):
+        """`tree_of`: the process whose tree is our own work (default: this one); other
+        processes' CPU use is the neighbours' that makes a case contended."""
         self.interval_s = interval_s
-        self.host = HostReader()
+        self.host = HostReader(tree_of)
         self.nvml = NvmlReader.open(nvml)
         self.info: dict[str, Any] = {
             "interval_s": interval_s,
