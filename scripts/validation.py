@@ -194,17 +194,18 @@ def load_calibrations(root: Path = CALIBRATIONS) -> list[dict]:
 
 
 def _calibration_lines(docs: list[dict]) -> list[str]:
-    """Each machine's calibrations side by side, sequential and duet: a family's sd of log
-    B/A per round (per swapped pair in a duet) and the change the default 5 detect."""
+    """Each machine's calibrations side by side, sequential, duet and bursts: a family's sd
+    of log B/A per round (per swapped pair in a duet) and the change the default 5 detect."""
     if not docs:
         return []
     lines = ["", "## What each design detects", "",
-             "From the committed calibrations (`release-bench calibrate` and `release-bench "
-             "calibrate --duet`, in `results/calibration/`): per family of figures (one case's "
-             "figures of one kind), the sd of a round's log B/A in an A/A (of a swapped pair's, "
-             "in a duet; the 75% quantile of the family's figures), and the smallest change 5 "
-             "rounds (sequential) or 5 swapped pairs (duet, in about the same wall time) detect "
-             "at it, for one figure at the 95% level. `—`: not calibrated in that design."]
+             "From the committed calibrations (`release-bench calibrate`, `release-bench "
+             "calibrate --duet` and `release-bench calibrate --bursts`, in "
+             "`results/calibration/`): per family of figures (one case's figures of one kind), "
+             "the sd of a round's log B/A in an A/A (of a swapped pair's, in a duet; the 75% "
+             "quantile of the family's figures), and the smallest change 5 rounds (sequential, "
+             "bursts) or 5 swapped pairs (duet, in about the same wall time) detect at it, for "
+             "one figure at the 95% level. `—`: not calibrated in that design."]
     by_machine: dict[str, dict[str, dict]] = {}
     for doc in docs:
         design = doc.get("measured", {}).get("design", "sequential")
@@ -216,12 +217,12 @@ def _calibration_lines(docs: list[dict]) -> list[str]:
             f"{(doc['measured'].get('commit') or '?')[:7]}"
             for d, doc in sorted(designs.items())), "",
             "| family | sequential sd | sequential detects at 5 | duet sd | duet detects at 5 "
-            "pairs |", "|---|---|---|---|---|"]
+            "pairs | bursts sd | bursts detects at 5 |", "|---|---|---|---|---|---|---|"]
         families = {d: {(f["case"], f["kind"]): f for f in doc["families"]}
                     for d, doc in designs.items()}
         for key in sorted({k for fams in families.values() for k in fams}):
             cells = []
-            for d in ("sequential", "duet"):
+            for d in ("sequential", "duet", "bursts"):
                 f = families.get(d, {}).get(key)
                 cells += ([f"{100 * f['sd_log_ratio']:.1f}%",
                            f"{100 * f['detectable_at']['5']:.1f}%"] if f else ["—", "—"])
@@ -252,9 +253,14 @@ def spreads(base: Path) -> list[dict]:
     rounds = campaign.load_rounds(base)
     cal = calibrate.measure(rounds["A"], rounds["B"], {}, meta.get("groups", []),
                             meta["rounds"], {})
-    duets = set((meta.get("design") or {}).get("duet_units") or [])
-    return [{"folder": base.name, "family": f"{case} {kind}",
-             "design": "duet" if case.replace("/", ".") in duets else "sequential",
+    design = meta.get("design") or {}
+    duets, bursts = set(design.get("duet_units") or []), set(design.get("bursts_units") or [])
+
+    def design_of(case: str) -> str:
+        unit = case.replace("/", ".")
+        return "duet" if unit in duets else "bursts" if unit in bursts else "sequential"
+
+    return [{"folder": base.name, "family": f"{case} {kind}", "design": design_of(case),
              "sd": s.sd, "detectable_at_5": calibration.detectable(s.variance, 5)}
             for (case, kind), s in sorted(cal.families.items())]
 

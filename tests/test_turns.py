@@ -73,15 +73,9 @@ def test_a_turn_runs_only_while_the_other_side_waits():
     assert summary["taken"] == {"A": 6, "B": 6}
     assert [t["side"] for t in summary["turns"]][:8] == list("ABBAABBA")
     assert turns.overlaps(summary["turns"]) == []
-    mine = [x for x in log if x[0] == "turn"]
-    for x in mine:
-        others = [y for y in log if y[1] != x[1]
-                  # a side's last stretch between turns runs after its partner ended
-                  and not (y[0] == "between" and y is log[-1])]
-        clash = [y for y in others if _overlap(x, y)]
-        # the only overlap allowed: the other side's work after its own last turn, once it
-        # had ended (its partner then runs alone, and the log says so)
-        assert all(y[0] == "between" for y in clash), clash
+    # nothing the other side does, in its turns or between them, overlaps a turn
+    for x in (x for x in log if x[0] == "turn"):
+        assert [y for y in log if y[1] != x[1] and _overlap(x, y)] == []
     assert summary["alone"] <= 1
 
 
@@ -193,3 +187,15 @@ def test_ab_bursts_takes_turns_that_never_overlap(tmp_path):
     for side, runs in campaign.load_rounds(where).items():
         assert runs[0].measured["design"] == "bursts", side
         assert runs[0].results[0].outcome == "pass", runs[0].results[0].reason
+
+
+def test_bad_bursts_options_are_one_line_and_exit_2():
+    for args, said in (
+            (["ab", ".venv", ".venv", "--duet", "--bursts"], "choose one design"),
+            (["ab", ".venv", ".venv", "--bursts", "--suite", "fork_wait"],
+             "none of the selected benchmarks can run in bursts"),
+            (["run", "--suite", "rpc", "--turns", "C@/nowhere"], "expected SIDE@SOCKET")):
+        out = subprocess.run([BIN / "release-bench", *args], capture_output=True, text=True,
+                             cwd=ROOT, timeout=120)
+        assert out.returncode == 2, (args, out.stderr)
+        assert out.stderr.strip().count("\n") == 0 and said in out.stderr, out.stderr
