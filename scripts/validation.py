@@ -89,9 +89,13 @@ def row_from_ab(base: Path, name: str, planted: str, affected: str | None,
     detectable = [c["detectable"] for c in changes if c.get("detectable") is not None]
     more = meta.get("more_rounds") or {}
     duets = (meta.get("design") or {}).get("duet_units")
-    rest = "; the rest sequential" if set(meta.get("groups", [])) - set(duets or []) else ""
+    bursts = (meta.get("design") or {}).get("bursts_units")
+    rest = ("; the rest sequential"
+            if set(meta.get("groups", [])) - set(duets or bursts or []) else "")
     design = (f"ab --duet, {meta['rounds']} swapped pairs ({', '.join(duets)}{rest})"
-              if duets else f"ab, {meta['rounds']} rounds") + ("".join(
+              if duets else
+              f"ab --bursts, {meta['rounds']} rounds ({', '.join(bursts)}{rest})"
+              if bursts else f"ab, {meta['rounds']} rounds") + ("".join(
         f", {n} rounds for {u}" if duets else f", {n} for {u}"
         for u, n in sorted(more.items())) if more else "")
     if cap := (meta.get("max_rounds") or {}).get("cap"):

@@ -199,3 +199,13 @@ def test_bad_bursts_options_are_one_line_and_exit_2():
                              cwd=ROOT, timeout=120)
         assert out.returncode == 2, (args, out.stderr)
         assert out.stderr.strip().count("\n") == 0 and said in out.stderr, out.stderr
+
+
+def test_the_cases_of_several_processes_declare_bursts_and_list_says_so():
+    from harness import registry
+
+    declared = {c.id for s in registry.all_suites() for c in s.cases if c.bursts}
+    assert declared == {"rpc/round_trip", "rpc/batched_update", "ddp_rpc/step_time"}
+    out = subprocess.run([BIN / "release-bench", "list"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert out.returncode == 0 and out.stdout.count("bursts: yes") == 3, out.stdout

@@ -98,10 +98,10 @@ def add_duet(parser: argparse.ArgumentParser) -> None:
                              "each on half of the CPUs (swapped every other round), judged per "
                              "swapped pair; --rounds then counts pairs (harness.running.duet)")
     parser.add_argument("--bursts", action="store_true",
-                        help="run each bursts-capable benchmark (the RPC and DDP+RPC "
-                             "latencies) in bursts: both sides' processes alive through a "
-                             "round, measuring in turns A B, B A, ..., each only while the "
-                             "other waits (harness.running.turns)")
+                        help="run each bursts-capable benchmark (RPC round trips and batched "
+                             "updates, the DDP+RPC step) in bursts: both sides' processes "
+                             "alive through a round, measuring in turns A B, B A, ..., each "
+                             "only while the other waits (harness.running.turns)")
 
 
 def design(args) -> Design:

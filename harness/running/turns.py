@@ -173,6 +173,9 @@ class Referee:
 
     def __exit__(self, *exc: object) -> None:
         with contextlib.suppress(OSError):
+            # wakes the accepting thread (a close alone leaves it blocked in accept)
+            self._server.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
             self._server.close()
         with contextlib.suppress(OSError):
             os.unlink(self.address)
@@ -184,6 +187,9 @@ class Referee:
         """Side `side`'s process exited with `status`: its further turns are none; a failed
         process, or one that left in the middle of a turn, ends the other side's round."""
         with self._cond:
+            # the side's last "done" may still be on its way from its measuring process
+            self._cond.wait_for(lambda: self.state[side] not in (State.IN_TURN, State.PARKED),
+                                timeout=2.0)
             if self.state[side] in (State.IN_TURN, State.PARKED) or status != 0:
                 self._die(side, f"exited with status {status}" if status != 0 else
                           f"exited in the middle of turn {self.taken[side] + 1}")

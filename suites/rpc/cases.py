@@ -495,7 +495,7 @@ def _closing_rows(p50: dict, sizes: list[int]) -> list[dict[str, Any]]:
 
 @suite.benchmark(params={"quick": [{"requests": 8}],
                          "full": [{"requests": r} for r in (4, 8, 16)]},
-                 devices=("cpu",), needs=("distributed",), duet=True,
+                 devices=("cpu",), needs=("distributed",), duet=True, bursts=True,
                  tracks=[TrackView("BatchedUpdateSpeedup", "Batched-update throughput with "
                                    "async_execution over the blocking handler.", unit="x",
                                    tracks=["async_over_blocking"])])
@@ -507,7 +507,7 @@ def batched_update(ctx: Context) -> None:
     # worker2 has fewer threads than requests, which only async_execution can serve.
     threads = {1: n + 2, 2: BATCH_THREADS}
     (res, _, _) = _launch(ctx, workers.batched_update, 3, (GroupSpec(), n, threads,
-                                                           ctx.min_run_time))
+                                                           ctx.min_run_time, ctx.turns))
     rate = {}
     for name, st in res.items():
         rate[name] = n / st["median"]

@@ -379,9 +379,11 @@ def batch_no_deadlock(rank: int, world: int, spec: GroupSpec, server_threads: in
 
 
 def batched_update(rank: int, world: int, spec: GroupSpec, requests: int,
-                   threads_by_rank: dict[int, int], min_run_time: float) -> dict | None:
+                   threads_by_rank: dict[int, int], min_run_time: float,
+                   turns: Turns | None = None) -> dict | None:
     """Rank 0 of 3: the batched update with and without async_execution on worker1 (enough
-    threads for either), and with async_execution on worker2 (few threads), interleaved."""
+    threads for either), and with async_execution on worker2 (few threads), interleaved. With
+    `turns` (a side of a round in bursts) each block of each variant is a turn."""
     mine = dataclasses.replace(spec, num_worker_threads=threads_by_rank.get(
         rank, spec.num_worker_threads))
     with joined(rank, world, mine):
@@ -396,5 +398,7 @@ def batched_update(rank: int, world: int, spec: GroupSpec, requests: int,
                 "async_execution_few_threads": paths.batched_update(spec.device, "async",
                                                                     requests, worker_name(2)),
             }
-            t = timing.measure_interleaved(fns, device=spec.device, min_run_time=min_run_time)
+            around = {name: turns.turn for name in fns} if turns is not None else None
+            t = timing.measure_interleaved(fns, device=spec.device, min_run_time=min_run_time,
+                                           around=around)
             return {k: v.stats() for k, v in t.items()}
