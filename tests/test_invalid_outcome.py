@@ -29,7 +29,8 @@ def busy_machine(monkeypatch):
     monkeypatch.setattr(registry, "suite_names", lambda: ["contended"])
     monkeypatch.setattr(registry, "load", lambda name: contended)
     # every case measured while another process kept the host busy
-    monkeypatch.setattr(telemetry, "Telemetry", lambda interval_s: FakeTelemetry(HOST_BUSY))
+    monkeypatch.setattr(telemetry, "Telemetry",
+                        lambda interval_s, tree_of=None: FakeTelemetry(HOST_BUSY))
 
 
 def test_an_invalid_case_is_counted_and_does_not_fail_the_run(busy_machine, tmp_path, capsys):
