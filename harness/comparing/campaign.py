@@ -28,6 +28,7 @@ import math
 import os
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -345,15 +346,19 @@ class Campaign:
                     side.python, unit.selection(),
                     [*self.run_args, "--turns", f"{label}@{referee.address}"],
                     self._where(unit, r, side), log_path(self.base, side.key))))
-            running = list(procs)
-            while running:
-                for item in list(running):
-                    (proc, log) = item[2]
-                    if (status := proc.poll()) is not None:
-                        log.close()
-                        referee.ended(item[0], status)
-                        running.remove(item)
-                time.sleep(0.2)
+
+            def tell_end(index: int, proc: subprocess.Popen, log: IO) -> None:
+                status = proc.wait()
+                log.close()
+                referee.ended(index, status)
+
+            # a thread per side waits for its process, so each exit reaches the referee at once
+            watchers = [threading.Thread(target=tell_end, args=(index, *started), daemon=True)
+                        for index, _, started in procs]
+            for watcher in watchers:
+                watcher.start()
+            for watcher in watchers:
+                watcher.join()
             log_doc = {"unit": unit.name, "round": r,
                        "sides": {turns.SIDES[i]: side.key for i, side, _ in procs},
                        **referee.summary()}

@@ -2,7 +2,8 @@
 
 Conformance: results of `torch.jit.fork`/`wait` inside a scripted function equal the serial
 results; the release notes' example returns -100; in eager mode fork runs serially, as the
-documentation says.
+documentation says. That forked tasks run off the caller's thread is read from the profiler
+in a fresh worker (`threads_in_worker` says why).
 
 Benchmark: speedup of K forked tasks over the same K tasks run serially, for each number of
 inter-op threads (the pool that runs forked tasks), beside the ideal min(K, cores, threads).
@@ -84,16 +85,33 @@ def check_scripted(ctx: Context, fn) -> bool:
                           "ScriptFunction: TorchScript is off")
 
 
-def check_off_thread(ctx: Context, fn, args: tuple, op: str) -> None:
-    """Check that the forked tasks ran off the caller's thread (their `op` events, under the
-    profiler): asynchronous, as fork inside TorchScript is documented to be. Run once the
-    results are right, so that every task forked was waited for inside `fn`."""
-    caller, threads = scripted.threads_running(fn, args, op)
-    ctx.check("forked tasks ran off the caller's thread", bool(threads - {caller}),
-              f"{op} ran on threads {sorted(threads)}; the caller is thread {caller}")
+def threads_in_worker(rank: int, world: int, program: str, args: tuple,
+                      op: str) -> tuple[int, list[int]]:
+    """In a fresh worker: script `scripted.<program>`, run it under the profiler, and return
+    the caller's thread and the threads its forked tasks' `op` ran on.
+
+    In a worker because the profiler's records of forked tasks are unsafe to free in a process
+    that goes on: with torch 2.14.1 the run's own process died of SIGSEGV in the garbage
+    collector seconds later, in some runs of the suite (docs/validation.md, Findings). A
+    worker ends with os._exit right after, without freeing them."""
+    caller, threads = scripted.threads_running(scripted.script(getattr(scripted, program)),
+                                               args, op)
+    return caller, sorted(threads)
 
 
-@suite.conformance(devices=("cpu",))
+def check_off_thread(ctx: Context, program: str, args: tuple, op: str) -> None:
+    """Check that the forked tasks of `scripted.<program>` ran off the caller's thread (their
+    `op` events, under the profiler, in a fresh worker): asynchronous, as fork inside
+    TorchScript is documented to be. Run once the results are right, so that every task
+    forked was waited for inside the program."""
+    (res,) = ctx.launch(threads_in_worker, 1, (program, args, op), timeout_s=120,
+                        label="fork_wait profiler worker")
+    caller, threads = res
+    ctx.check("forked tasks ran off the caller's thread", bool(set(threads) - {caller}),
+              f"{op} ran on threads {threads}; the caller is thread {caller}")
+
+
+@suite.conformance(devices=("cpu",), needs=("distributed",))  # its profiler worker's store
 def release_notes_example(ctx: Context) -> None:
     """The release notes' example (100 forks of neg on ones, summed) returns -100."""
     example = scripted.script(scripted.release_notes_example)
@@ -101,11 +119,11 @@ def release_notes_example(ctx: Context) -> None:
         return
     out = example(torch.ones([]))
     if ctx.check("returns -100", out.item() == -100, f"returned {out.item()}"):
-        check_off_thread(ctx, example, (torch.ones([]),), "aten::neg")
+        check_off_thread(ctx, "release_notes_example", (torch.ones([]),), "aten::neg")
 
 
 @suite.conformance(params={"quick": [{"tasks": 4}], "full": [{"tasks": 2}, {"tasks": 8}]},
-                   devices=("cpu",))
+                   devices=("cpu",), needs=("distributed",))
 def scripted_equals_serial(ctx: Context) -> None:
     """Forked results inside a scripted function equal the serial ones, bitwise, and the
     forked tasks ran off the caller's thread."""
@@ -121,7 +139,7 @@ def scripted_equals_serial(ctx: Context) -> None:
         same.append(ctx.check(f"task {i} equals serial", torch.equal(g, s), "" if torch.equal(
             g, s) else f"max abs diff {(g - s).abs().max().item():.3g}"))
     if all(same):
-        check_off_thread(ctx, forked, (xs, w, 5), "aten::mm")
+        check_off_thread(ctx, "forked", (xs, w, 5), "aten::mm")
 
 
 @suite.conformance(devices=("cpu",))

@@ -89,3 +89,16 @@ FEATURE_OFF = {
                          ids=[f"{n}-{p}" for n, p in FEATURE_OFF])
 def test_each_case_fails_with_its_feature_off(feature_off, name, params_id):
     feature_off.assert_fails(cases.suite, FEATURE_OFF, name, params_id)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("name", ["release_notes_example", "scripted_equals_serial"])
+def test_off_thread_check_fails_when_forks_run_inline(name):
+    """Scripting off in the profiler worker only: the results (computed here) are right, but
+    the profiled forks run on the caller's thread, and the off-thread check must fail."""
+    case = cases.suite.case(name)
+    entry = execute(case, "cpu", case.param_sets("quick")[0], "quick",
+                    worker_setup=script_disabled)
+    failed = {c.name for c in entry.checks if not c.passed}
+    assert entry.outcome == "fail" and failed == {"forked tasks ran off the caller's thread"}, \
+        entry.checks
