@@ -364,3 +364,44 @@ def test_resnet18_ops(cuda_rehearsal, monkeypatch):
     profiler_breaks.skew_memory(monkeypatch, factor=1.5, offset=4)
     broken = r.run(profiler.suite, "resnet18_ops")
     assert failed(broken) == {c.name for c in entry.checks}
+
+
+# two region lengths, one of them checked (from 20 ms), in three sessions of each API
+TIMING = {"durations_s": (0.005, 0.02), "sessions": (3, 3)}
+
+
+def test_timing_accuracy(cuda_rehearsal, monkeypatch):
+    """Spins of torch.cuda._sleep timed by CUDA events against the spin kernels' device time
+    each profiler reports (the kernel events of Kineto, the device time of the legacy
+    profiler's regions); every check failing with the profiler's times stretched x1.10, and
+    with the spin kernels reported 1.5 times as long as they ran."""
+    r = cuda_rehearsal("H200")
+    entry = r.run(profiler.suite, "timing_accuracy", **TIMING)
+    assert entry.outcome == "pass", entry.reason
+    assert {c.name for c in entry.checks} == {f"{api}: 20 ms region within 5%"
+                                              for api in profiler_apis.API_NAMES}
+    assert all(row["case"].startswith("cuda._sleep") for row in entry.tables["timing_accuracy"])
+    each_check_fails_under_a_break(r, monkeypatch, "timing_accuracy", TIMING)
+    r.stand_in.spins.reported = 1.5
+    assert failed(r.run(profiler.suite, "timing_accuracy")) == {c.name for c in entry.checks}
+
+
+def test_timing_accuracy_fails_without_its_regions(cuda_rehearsal, feature_off):
+    """record_function off (the case's feature-off plant): no region reaches the profiler."""
+    r = cuda_rehearsal("H200")
+    r.small(profiler.suite, "timing_accuracy", **TIMING)
+    feature_off.assert_fails(profiler.suite, profiler_breaks.FEATURE_OFF, "timing_accuracy",
+                             "default", "cuda")
+
+
+def test_overhead(cuda_rehearsal):
+    """The resnet18 step on CUDA, off and under each profiler mode with CUDA activity, side
+    by side: every mode's overhead figure and row."""
+    r = cuda_rehearsal("H200")
+    entry = r.run(profiler.suite, "overhead", {"batch": 2, "image": 32})
+    assert entry.outcome == "pass", entry.reason
+    modes = [m for m in profiler.PROFILER_MODES if m != "off"]
+    assert sorted(m.labels["mode"] for m in entry.metrics if m.name == "overhead") \
+        == sorted(modes)
+    assert [row["mode"] for row in entry.tables["overhead"]] == list(profiler.PROFILER_MODES)
+    assert r.stand_in.synchronized > 0  # the timer's clock waited for the device

@@ -113,17 +113,17 @@ class GpuSleep:
 
     def __init__(self) -> None:
         # cycles per second, calibrated once: the kernel spins a number of clock cycles
-        torch.cuda._sleep(1_000_000)  # gpu-only: a kernel launch (warm-up, first launch)
+        torch.cuda._sleep(1_000_000)
         cycles = 10_000_000
         self.cycles_per_s = cycles / self.run_cycles(cycles)
 
     @staticmethod
     def run_cycles(cycles: int) -> float:
         start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-        start.record()  # gpu-only: an event on the device's stream
-        torch.cuda._sleep(int(cycles))  # gpu-only: a kernel launch
-        end.record()  # gpu-only: an event on the device's stream
-        end.synchronize()  # gpu-only: device synchronisation
+        start.record()
+        torch.cuda._sleep(int(cycles))
+        end.record()
+        end.synchronize()
         return start.elapsed_time(end) / 1e3
 
     def __call__(self, seconds: float) -> float:

@@ -16,15 +16,18 @@ Tensors live on the CPU. What stands in:
   rounded up to 512 B), until the last tensor on it dies;
 - the profilers' device memory: the allocations made on the host reach every profiler API
   (torch.profiler, torch.autograd.profiler, the legacy one) as CUDA memory records in the
-  allocator's blocks; the profilers record host activity only (no CUDA events, no kernels);
+  allocator's blocks;
+- the spin kernel of `_sleep` in the Kineto profilers (torch.profiler, torch.autograd.profiler):
+  each spin reaches them as a CUDA kernel event over the spin's time on Kineto's clock; no
+  other kernel, and no CUDA events at the legacy profiler's region ends;
 - autocast and GradScaler with device "cuda": CPU autocast to the same dtype (float16 as on a
   GPU; CPU autocast takes float16 from torch 2.2) and a CPU GradScaler.
 
 NVML stands in through tests/fake_pynvml.py (the test's fixture installs it). `install()` is
 what the tests' fixture and the planted sitecustomize (`cuda=H200`, for worker processes)
-call. What cannot be rehearsed: kernels (their speed), the profiler's CUDA activity (kernel
-events, device times), real allocator segments (the stand-in's blocks are the 512 B rounding
-only).
+call. What cannot be rehearsed: kernels (their speed), the profiler's CUDA activity beyond the
+spin kernel (the kernels of ops, the legacy profiler's device times), real allocator segments
+(the stand-in's blocks are the 512 B rounding only).
 """
 
 from __future__ import annotations
@@ -223,15 +226,88 @@ class _DeviceMemoryRecord(_Wrapped):
         return self._blocks(self._wrapped.nbytes())
 
 
+class Spins:
+    """The spins `_sleep` ran, on Kineto's clock (the host's wall clock, in ns); a profiler
+    reports each one's time x `reported` (1: as a GPU would)."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[int, int]] = []
+        self.reported = 1.0
+
+    def since(self, start_ns: int) -> list[tuple[int, int]]:
+        return [(a, a + round((b - a) * self.reported)) for a, b in self.spans if a >= start_ns]
+
+
+class _SpinKernel(_Wrapped):
+    """The spin kernel of one `_sleep` as Kineto records a CUDA kernel: a device event over
+    the spin, linked to no host op. What it does not override, it takes from `template`, a
+    host event of the same result (thread, scope, empty metadata)."""
+
+    def __init__(self, template: Any, span: tuple[int, int], ident: int,
+                 allocator: Allocator) -> None:
+        super().__init__(template, allocator)
+        self._span, self._id = span, ident
+
+    def name(self) -> str:
+        return "spin_kernel(long)"
+
+    def device_type(self) -> Any:
+        from torch.autograd import DeviceType
+
+        return DeviceType.CUDA
+
+    def start_ns(self) -> int:
+        return self._span[0]
+
+    def end_ns(self) -> int:
+        return self._span[1]
+
+    def duration_ns(self) -> int:
+        return self._span[1] - self._span[0]
+
+    def correlation_id(self) -> int:
+        return self._id
+
+    def linked_correlation_id(self) -> int:
+        return self._id
+
+    def is_async(self) -> bool:
+        return False
+
+    def device_index(self) -> int:
+        return 0
+
+    def activity_type(self) -> str:
+        return "kernel"
+
+    def shapes(self) -> list:
+        return []
+
+    def stack(self) -> list:
+        return []
+
+
 class _DeviceMemoryResult(_Wrapped):
-    """A Kineto profiler result whose memory records are the stand-in GPU's."""
+    """A Kineto profiler result whose memory records are the stand-in GPU's, with a kernel
+    event for each spin run since the profiler started."""
+
+    def __init__(self, wrapped: Any, allocator: Allocator, spins: Spins) -> None:
+        super().__init__(wrapped, allocator)
+        self._spins = spins
 
     def events(self) -> list:
         from torch.autograd import DeviceType
 
-        return [_DeviceMemoryRecord(e, self._allocator)
+        host = [_DeviceMemoryRecord(e, self._allocator)
                 if e.name() == "[memory]" and e.device_type() == DeviceType.CPU else e
                 for e in self._wrapped.events()]
+        spans = self._spins.since(self._wrapped.trace_start_ns())
+        if not host or not spans:
+            return host
+        # correlation ids far above the host ops': linked to none of them
+        first = max(e.correlation_id() for e in host) + 1_000_000
+        return host + [_SpinKernel(host[0], span, first + i, self._allocator)
+                       for i, span in enumerate(spans)]
 
 
 class _DeviceMemoryLegacyRecord(_Wrapped):
@@ -244,24 +320,59 @@ class _DeviceMemoryLegacyRecord(_Wrapped):
         return self._blocks(self._wrapped.cpu_memory_usage())
 
 
-def _profiler_stand_ins(allocator: Allocator, patch: Setter) -> None:
+class _LegacySpinRecord(_Wrapped):
+    """A legacy profiler record as it reads with use_cuda on a GPU: every range has CUDA
+    times, and the device time between a range's two ends is that of the spins run inside it
+    (`at_ns`: the record's time on the spins' clock)."""
+
+    def __init__(self, wrapped: Any, allocator: Allocator, spins: Spins, at_ns: int) -> None:
+        super().__init__(wrapped, allocator)
+        self._spins, self.at_ns = spins, at_ns
+
+    def has_cuda(self) -> bool:
+        return True
+
+    def cpu_elapsed_us(self, other: Any) -> float:
+        return self._wrapped.cpu_elapsed_us(getattr(other, "_wrapped", other))
+
+    def cuda_elapsed_us(self, other: _LegacySpinRecord) -> float:
+        return sum(b - a for a, b in self._spins.since(self.at_ns) if a < other.at_ns) / 1e3
+
+
+def _profiler_stand_ins(allocator: Allocator, spins: Spins, patch: Setter) -> None:
     """The profilers report the allocations the rehearsal makes on the host as device memory
     records in the allocator's blocks: Kineto's result (torch.profiler, torch.autograd.profiler)
-    and the legacy profiler's record lists. The legacy profiler with use_cuda records on the
-    host only: its CUDA events at each region's ends need the GPU."""
+    and the legacy profiler's record lists; and each spin of `_sleep` as device time: a
+    kernel event in Kineto's result, the device time of the legacy profiler's ranges around
+    it. The legacy profiler with use_cuda records on the host only: its CUDA events at each
+    range's ends need the GPU."""
     import torch.autograd.profiler as autograd_profiler
     import torch.autograd.profiler_legacy as legacy_profiler
     from torch.autograd.profiler import ProfilerState
 
     stop = autograd_profiler._disable_profiler
     patch(autograd_profiler, "_disable_profiler",
-          lambda: _DeviceMemoryResult(stop(), allocator))
-    legacy_stop = legacy_profiler._disable_profiler_legacy
+          lambda: _DeviceMemoryResult(stop(), allocator, spins))
+    legacy_start, legacy_stop = (legacy_profiler._enable_profiler_legacy,
+                                 legacy_profiler._disable_profiler_legacy)
+    started_ns = [0]  # when the legacy profiler last started, on the spins' clock
+
+    def legacy_enable(config: Any) -> None:
+        started_ns[0] = time.time_ns()
+        legacy_start(config)
 
     def legacy_records() -> list[list[Any]]:
-        return [[_DeviceMemoryLegacyRecord(r, allocator) if r.kind() == "memory_alloc" else r
-                 for r in thread] for thread in legacy_stop()]
+        threads = legacy_stop()
+        start = next(r for t in threads for r in t if r.name() == "__start_profile")
 
+        def at_ns(r: Any) -> int:
+            return started_ns[0] + round(start.cpu_elapsed_us(r) * 1e3)
+
+        return [[_DeviceMemoryLegacyRecord(r, allocator) if r.kind() == "memory_alloc"
+                 else _LegacySpinRecord(r, allocator, spins, at_ns(r)) for r in thread]
+                for thread in threads]
+
+    patch(legacy_profiler, "_enable_profiler_legacy", legacy_enable)
     patch(legacy_profiler, "_disable_profiler_legacy", legacy_records)
 
     class LegacyProfile(legacy_profiler.profile):
@@ -329,6 +440,7 @@ class Rehearsal:
 
         self.gpu = gpu
         self.allocator = Allocator()
+        self.spins = Spins()
         self.synchronized = 0
         props = SimpleNamespace(name=gpu.name, major=gpu.capability[0],
                                 minor=gpu.capability[1], total_memory=gpu.memory_bytes,
@@ -369,7 +481,7 @@ class Rehearsal:
                 return super().__new__(cls, device=_cpu(device))
 
         patch(torch, "Generator", Generator)
-        _profiler_stand_ins(a, patch)
+        _profiler_stand_ins(a, self.spins, patch)
         self.modes = _modes(a)
         for m in self.modes:
             m.__enter__()
@@ -378,9 +490,11 @@ class Rehearsal:
         self.synchronized += 1
 
     def _sleep(self, cycles: int) -> None:
+        start_ns = time.time_ns()
         end = time.perf_counter() + cycles / self.gpu.clock_hz
         while time.perf_counter() < end:
             pass
+        self.spins.spans.append((start_ns, time.time_ns()))
 
     def close(self) -> None:
         for m in reversed(self.modes):
