@@ -292,17 +292,25 @@ def _forced_spec(device: str, transport: str) -> GroupSpec:
 
 
 # `launch_timeout_s` bounds each of the case's launches (the main one and one per forced
-# transport); `plan` is how each launch samples every path (measure.Plan).
+# transport); `plan` is how each launch samples every path (measure.Plan); `bursts_plan` is
+# how it does in a round in bursts: the same samples spread over three times the sessions,
+# since a session's level is drawn when it starts and is what bursts cannot pair.
 @suite.benchmark(devices=DEVICES, needs=("distributed",), options=("sizes", "min_samples"),
                  bursts=True, settings={
                      "quick": {"sizes": HEADLINE_SIZES, "launch_timeout_s": 240.0,
                                "plan": measure.Plan(seconds=0.08, min_samples=30,
                                                     max_samples=800, rounds=8, sessions=6,
-                                                    warmup_s=0.03)},
+                                                    warmup_s=0.03),
+                               "bursts_plan": measure.Plan(seconds=0.027, min_samples=10,
+                                                           max_samples=270, rounds=3,
+                                                           sessions=18, warmup_s=0.02)},
                      "full": {"sizes": SWEEP_SIZES, "launch_timeout_s": 900.0,
                               "plan": measure.Plan(seconds=0.5, min_samples=20,
                                                    max_samples=10000, rounds=16, sessions=8,
-                                                   warmup_s=0.2)}},
+                                                   warmup_s=0.2),
+                              "bursts_plan": measure.Plan(seconds=0.17, min_samples=7,
+                                                          max_samples=3400, rounds=6,
+                                                          sessions=24, warmup_s=0.1)}},
                  tracks=[TrackView("RoundTripLatency", "p50 and p99 round trip per path and "
                                    "payload, from the suite's round_trip case.", unit="s",
                                    labels={"path": list(PATH_LABELS),
@@ -325,7 +333,7 @@ def round_trip(ctx: Context) -> None:
     `--param sizes=[...]` and `--param min_samples=N` replace the profile's payload sizes and
     samples per path (a slow shaped link needs fewer)."""
     sizes = [int(n) for n in ctx.params.get("sizes", ctx.settings["sizes"])]
-    plan = ctx.settings["plan"]
+    plan = ctx.settings["bursts_plan" if ctx.turns is not None else "plan"]
     if "min_samples" in ctx.params:
         plan = dataclasses.replace(plan, min_samples=int(ctx.params["min_samples"]))
     timeout = ctx.settings["launch_timeout_s"] * (2 if "sizes" in ctx.params else 1)
