@@ -10,12 +10,18 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.running.runner import execute
 from suites.amp import cases as amp
 from suites.amp import gpus, training
 from suites.amp import test_breaks as amp_breaks
+from suites.ddp_rpc import cases as ddp_rpc
+from suites.ddp_rpc import test_breaks as ddp_rpc_breaks
 from suites.profiler import apis as profiler_apis
 from suites.profiler import cases as profiler
 from suites.profiler import test_breaks as profiler_breaks
+from suites.rpc import cases as rpc
+from suites.rpc import measure as rpc_measure
+from suites.rpc import test_breaks as rpc_breaks
 from suites.telemetry import cases as telemetry
 from suites.telemetry import test_breaks as telemetry_breaks
 
@@ -225,7 +231,8 @@ def test_rpc_device_maps():
 
 def test_tensorpipe_takes_the_cuda_device_maps(cuda_rehearsal):
     """The maps as joined() gives them to TensorPipe's options, on the rehearsed GPU (what
-    TensorPipe does with them at init needs the GPU: rpc's CUDA round trip is gpu-only)."""
+    TensorPipe does with them when it starts needs the GPU: the rehearsal's init_rpc starts
+    it without them)."""
     from torch.distributed import rpc
 
     from suites.rpc.caller import device_maps
@@ -405,3 +412,47 @@ def test_overhead(cuda_rehearsal):
         == sorted(modes)
     assert [row["mode"] for row in entry.tables["overhead"]] == list(profiler.PROFILER_MODES)
     assert r.stand_in.synchronized > 0  # the timer's clock waited for the device
+
+
+# ---- rpc and ddp_rpc end to end on CUDA: device tensors between processes -----------------
+
+# one payload, one session of two rounds of a few calls per path
+ROUND_TRIP = {"sizes": (4,), "plan": rpc_measure.Plan(seconds=0.005, min_samples=5,
+                                                      max_samples=20, rounds=2, sessions=1,
+                                                      warmup_s=0.001)}
+
+
+def test_rpc_on_the_rehearsed_gpu(cuda_rehearsal, feature_off):
+    """The bit-exact round trips and the round-trip benchmark with tensors on "cuda" (their
+    device maps set, TensorPipe started without them), every path measured; and the round
+    trips' checks failing with RPC off."""
+    r = cuda_rehearsal("H200")
+    entry = r.run(rpc.suite, "roundtrip")
+    assert entry.outcome == "pass", entry.reason
+    timed = r.run(rpc.suite, "round_trip", **ROUND_TRIP)
+    assert timed.outcome == "pass", timed.reason
+    assert {m.labels["path"] for m in timed.metrics if m.name == "p50"} >= set(rpc.MAIN_PATHS)
+    feature_off.assert_fails(rpc.suite, rpc_breaks.FEATURE_OFF, "roundtrip", "default", "cuda")
+
+
+@pytest.mark.parametrize("mode", ddp_rpc.MODES)
+def test_ddp_rpc_matches_its_reference_on_the_rehearsed_gpu(cuda_rehearsal, mode):
+    """Trainers on "cuda" against the float64 reference, each DDP mode; and the reference
+    checks failing under the mode's break (tests of suites/ddp_rpc)."""
+    r = cuda_rehearsal("H200")
+    r.small(ddp_rpc.suite, "matches_reference", steps=3)
+    entry = r.run(ddp_rpc.suite, "matches_reference", {"ddp": mode})
+    assert entry.outcome == "pass", entry.reason
+    plant, params = ddp_rpc_breaks.FEATURE_OFF["matches_reference", f"ddp={mode}"]
+    broken = execute(ddp_rpc.suite.case("matches_reference"), "cuda", params, "quick",
+                     worker_setup=plant)
+    assert broken.outcome == "fail", broken.reason
+
+
+def test_ddp_rpc_step_time_on_the_rehearsed_gpu(cuda_rehearsal):
+    r = cuda_rehearsal("H200")
+    params = ddp_rpc.suite.case("step_time").param_sets("quick")[0]
+    entry = r.run(ddp_rpc.suite, "step_time", params, launches=1, rounds=1, steps_per_round=2)
+    assert entry.outcome == "pass", entry.reason
+    assert {m.name for m in entry.metrics} >= {"step_time", "rpc_embedding_forward",
+                                               "allreduce_dense_grads"}

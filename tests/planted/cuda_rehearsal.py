@@ -21,7 +21,11 @@ Tensors live on the CPU. What stands in:
   each spin reaches them as a CUDA kernel event over the spin's time on Kineto's clock; no
   other kernel, and no CUDA events at the legacy profiler's region ends;
 - autocast and GradScaler with device "cuda": CPU autocast to the same dtype (float16 as on a
-  GPU; CPU autocast takes float16 from torch 2.2) and a CPU GradScaler.
+  GPU; CPU autocast takes float16 from torch 2.2) and a CPU GradScaler;
+- the device's generator state (`get_rng_state`, `set_rng_state`, as torch.random.fork_rng
+  uses them): the host's;
+- TensorPipe's device maps: the options keep what a case sets, and `init_rpc` starts
+  TensorPipe without them (its agent opens a map's devices when it starts).
 
 NVML stands in through tests/fake_pynvml.py (the test's fixture installs it). `install()` is
 what the tests' fixture and the planted sitecustomize (`cuda=H200`, for worker processes)
@@ -398,6 +402,28 @@ def _profiler_stand_ins(allocator: Allocator, spins: Spins, patch: Setter) -> No
     patch(autograd_profiler, "profile", KinetoProfile)
 
 
+def _rpc_stand_ins(patch: Setter) -> None:
+    """TensorPipe's options keep the device maps a case sets, and `init_rpc` hands TensorPipe
+    the same options without them: its agent opens the devices of a map when it starts, which
+    only a GPU has. Tensors "on the device" are on the host, so no call needs a map."""
+    from torch.distributed import rpc
+
+    base, init = rpc.TensorPipeRpcBackendOptions, rpc.init_rpc
+
+    class Options(base):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.given = {k: v for k, v in kwargs.items() if k not in ("device_maps", "devices")}
+
+    def init_rpc(*args: Any, rpc_backend_options: Any = None, **kwargs: Any) -> None:
+        if isinstance(rpc_backend_options, Options):  # the same options, never given a map
+            rpc_backend_options = Options(**rpc_backend_options.given)
+        init(*args, rpc_backend_options=rpc_backend_options, **kwargs)
+
+    patch(rpc, "TensorPipeRpcBackendOptions", Options)
+    patch(rpc, "init_rpc", init_rpc)
+
+
 def _autocast_classes() -> tuple[type, Callable[..., bool]]:
     import torch
 
@@ -460,6 +486,10 @@ class Rehearsal:
             "reset_peak_memory_stats": a.reset_peak_memory_stats,
             "memory_reserved": a.memory_reserved, "memory_stats": a.memory_stats,
             "empty_cache": a.empty_cache,
+            # the device's generator state (torch.random.fork_rng saves and restores it): the
+            # host's, as tensors drawn "on the device" are drawn on the host
+            "get_rng_state": lambda device="cuda": torch.get_rng_state(),
+            "set_rng_state": lambda state, device="cuda": torch.set_rng_state(state),
         }.items():
             patch(cuda, name, value)
         # optimizers ask the accelerator's stream whether a CUDA graph is being captured
@@ -482,6 +512,7 @@ class Rehearsal:
 
         patch(torch, "Generator", Generator)
         _profiler_stand_ins(a, self.spins, patch)
+        _rpc_stand_ins(patch)
         self.modes = _modes(a)
         for m in self.modes:
             m.__enter__()
