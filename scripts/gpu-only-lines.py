@@ -19,6 +19,7 @@ A marked line that did run is listed too: its mark is wrong. Exit status 0; 2 on
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -104,6 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write the counts to this file")
     p.add_argument("pytest_args", nargs="*", help="after --: the pytest selection")
     args = p.parse_args(argv)
+    if importlib.util.find_spec("coverage") is None:
+        print(f"gpu-only-lines: coverage.py is not installed for {sys.executable} (run it with "
+              "the project's environment: .venv/bin/python scripts/gpu-only-lines.py)",
+              file=sys.stderr)
+        return 2
     for path in args.only:
         if not (ROOT / path).exists():
             print(f"gpu-only-lines: no such path {path!r}", file=sys.stderr)

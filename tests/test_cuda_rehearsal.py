@@ -149,11 +149,17 @@ def test_the_fingerprint_names_the_rehearsed_gpu(cuda_rehearsal):
 
 
 @pytest.mark.distributed
-def test_amp_clean_exit_in_fresh_processes(cuda_rehearsal):
-    """The minimal program on "cuda", in fresh processes that rehearse the GPU themselves."""
+@pytest.mark.parametrize("suite", [amp.suite, profiler.suite], ids=["amp", "profiler"])
+def test_clean_exit_in_fresh_processes(cuda_rehearsal, monkeypatch, suite):
+    """The minimal programs on "cuda", in fresh processes that rehearse the GPU themselves;
+    and the check failing when each process aborts at exit."""
     r = cuda_rehearsal("H200")
-    entry = r.run(amp.suite, "clean_exit", {"trials": 2})
+    entry = r.run(suite, "clean_exit", {"trials": 2})
     assert entry.outcome == "pass", entry.reason
+    profiler_breaks.abort_at_exit(monkeypatch)
+    monkeypatch.setenv("RELEASE_BENCH_PLANT", "exit_abort=1,cuda=H200")
+    broken = r.run(suite, "clean_exit", {"trials": 2})
+    assert broken.outcome == "fail", broken.reason
 
 
 def test_nvml_readings(cuda_rehearsal):

@@ -22,7 +22,9 @@ def main(device: str) -> None:
     assert "aten::addmm" in prof.key_averages().table(sort_by="self_cpu_memory_usage")
     # the program must exercise the memory profiler: with it off, a clean exit says nothing
     addmm = next(row for row in prof.key_averages() if row.key == "aten::addmm")
-    assert addmm.cpu_memory_usage > 0, "the memory profiler recorded no bytes"
+    # on a GPU the output is device memory: none of it is the host's
+    recorded = addmm.device_memory_usage if device == "cuda" else addmm.cpu_memory_usage
+    assert recorded > 0, "the memory profiler recorded no bytes"
 
 
 if __name__ == "__main__":
