@@ -65,9 +65,7 @@ DECLARED = {
     "quick": {
         "rpc/round_trip": ["sizes = (4, 65536, 4194304)", "launch_timeout_s = 240",
                            "plan = Plan(seconds=0.08, min_samples=30, max_samples=800, "
-                           "rounds=8, sessions=6, warmup_s=0.03)",
-                           "bursts_plan = Plan(seconds=0.027, min_samples=10, max_samples=270, "
-                           "rounds=3, sessions=18, warmup_s=0.02)"],
+                           "rounds=8, sessions=6, warmup_s=0.03)"],
         "ddp_rpc/step_time": ["launches = 6", "rounds = 2", "steps_per_round = 10"],
         "ddp_rpc/matches_reference": ["steps = 20"],
         "fork_wait/scaling": ["tasks = (1, 2, 4)"],
@@ -80,9 +78,7 @@ DECLARED = {
         "rpc/round_trip": ["sizes = (4, 64, 1024, 16384, 65536, 262144, 1048576, 4194304, "
                            "16777216, 67108864)", "launch_timeout_s = 900",
                            "plan = Plan(seconds=0.5, min_samples=20, max_samples=10000, "
-                           "rounds=16, sessions=8, warmup_s=0.2)",
-                           "bursts_plan = Plan(seconds=0.17, min_samples=7, max_samples=3400, "
-                           "rounds=6, sessions=24, warmup_s=0.1)"],
+                           "rounds=16, sessions=8, warmup_s=0.2)"],
         "ddp_rpc/step_time": ["launches = 10", "rounds = 3", "steps_per_round = 25"],
         "ddp_rpc/matches_reference": ["steps = 40"],
         "fork_wait/scaling": ["tasks = (1, 2, 4, 8)"],

@@ -189,6 +189,39 @@ def test_ab_bursts_takes_turns_that_never_overlap(tmp_path):
         assert runs[0].results[0].outcome == "pass", runs[0].results[0].reason
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_round_trips_in_bursts_run_the_caller_and_the_callee_on_cpus_of_their_own(tmp_path):
+    """A live A/A of the RPC round trip in bursts, one round: on each side the caller and the
+    callee ran pinned to the two halves of the CPUs (one CPU each on a 2-vCPU VM), as the
+    processes themselves read their affinity; unpinned, where the scheduler put the two drew
+    each session's level. A sequential run leaves them unpinned."""
+    from harness.running import duet
+
+    caller_cpus, callee_cpus = (list(h) for h in duet.halves())
+    out = subprocess.run([BIN / "release-bench", "ab", ".venv", ".venv", "--bursts", "--suite",
+                          "rpc", "--case", "round_trip", "--rounds", "1", "--calibration",
+                          "none", "--out", str(tmp_path / "bursts")],
+                         capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert out.returncode in (0, 1), out.stderr[-3000:]
+    where = next((tmp_path / "bursts").glob("ab-*"))
+    for side, runs in campaign.load_rounds(where).items():
+        result = runs[0].results[0]
+        assert result.outcome == "pass", (side, result.reason)
+        assert result.details["cpus"] == {"caller": caller_cpus, "callee": callee_cpus,
+                                          "pinned": True}, side
+        assert any("the caller ran on CPU" in n for n in result.notes), result.notes
+    seq = subprocess.run([BIN / "release-bench", "run", "--suite", "rpc", "--case", "round_trip",
+                          "--param", "sizes=[4]", "--param", "min_samples=5",
+                          "--out", str(tmp_path / "seq")],
+                         capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert seq.returncode == 0, seq.stderr[-3000:]
+    record = json.loads(next((tmp_path / "seq").rglob("*.json")).read_text())
+    cpus = record["results"][0]["details"]["cpus"]
+    assert cpus["pinned"] is False and cpus["caller"] == cpus["callee"] == sorted(
+        os.sched_getaffinity(0))
+
+
 def test_bad_bursts_options_are_one_line_and_exit_2():
     for args, said in (
             (["ab", ".venv", ".venv", "--duet", "--bursts"], "choose one design"),

@@ -28,7 +28,7 @@ import torch
 
 from harness.cases import Context, FromSetting, Suite, TrackView
 from harness.running import clean_exit as clean_exit_programs
-from harness.running import launch
+from harness.running import duet, launch
 from suites.rpc import measure, paths, workers
 from suites.rpc.caller import GroupSpec
 
@@ -292,25 +292,17 @@ def _forced_spec(device: str, transport: str) -> GroupSpec:
 
 
 # `launch_timeout_s` bounds each of the case's launches (the main one and one per forced
-# transport); `plan` is how each launch samples every path (measure.Plan); `bursts_plan` is
-# how it does in a round in bursts: the same samples spread over three times the sessions,
-# since a session's level is drawn when it starts and is what bursts cannot pair.
+# transport); `plan` is how each launch samples every path (measure.Plan).
 @suite.benchmark(devices=DEVICES, needs=("distributed",), options=("sizes", "min_samples"),
                  bursts=True, settings={
                      "quick": {"sizes": HEADLINE_SIZES, "launch_timeout_s": 240.0,
                                "plan": measure.Plan(seconds=0.08, min_samples=30,
                                                     max_samples=800, rounds=8, sessions=6,
-                                                    warmup_s=0.03),
-                               "bursts_plan": measure.Plan(seconds=0.027, min_samples=10,
-                                                           max_samples=270, rounds=3,
-                                                           sessions=18, warmup_s=0.02)},
+                                                    warmup_s=0.03)},
                      "full": {"sizes": SWEEP_SIZES, "launch_timeout_s": 900.0,
                               "plan": measure.Plan(seconds=0.5, min_samples=20,
                                                    max_samples=10000, rounds=16, sessions=8,
-                                                   warmup_s=0.2),
-                              "bursts_plan": measure.Plan(seconds=0.17, min_samples=7,
-                                                          max_samples=3400, rounds=6,
-                                                          sessions=24, warmup_s=0.1)}},
+                                                   warmup_s=0.2)}},
                  tracks=[TrackView("RoundTripLatency", "p50 and p99 round trip per path and "
                                    "payload, from the suite's round_trip case.", unit="s",
                                    labels={"path": list(PATH_LABELS),
@@ -333,13 +325,14 @@ def round_trip(ctx: Context) -> None:
     `--param sizes=[...]` and `--param min_samples=N` replace the profile's payload sizes and
     samples per path (a slow shaped link needs fewer)."""
     sizes = [int(n) for n in ctx.params.get("sizes", ctx.settings["sizes"])]
-    plan = ctx.settings["bursts_plan" if ctx.turns is not None else "plan"]
+    plan = ctx.settings["plan"]
     if "min_samples" in ctx.params:
         plan = dataclasses.replace(plan, min_samples=int(ctx.params["min_samples"]))
     timeout = ctx.settings["launch_timeout_s"] * (2 if "sizes" in ctx.params else 1)
     # shm cannot cross hosts: across hosts only uv is forced
     forced_transports = ("uv",) if ctx.across_hosts else FORCED
-    main, forced = _launch_round_trips(ctx, sizes, plan, forced_transports, timeout)
+    cpus = _own_cpus(ctx)
+    main, forced = _launch_round_trips(ctx, sizes, plan, forced_transports, timeout, cpus)
     # (path key, launch result, key in that result, key of that launch's floor)
     series = [(p, main, p, "tcp") for p in MAIN_PATHS]
     for t in forced_transports:
@@ -362,7 +355,13 @@ def round_trip(ctx: Context) -> None:
     ctx.table("round_trip", rows, show=True)
     ctx.table("p50_us_and_over_floor", _closing_rows(p50, sizes), show=True)
     _round_trip_notes(ctx, rows, plan.sessions)
+    if cpus is not None:
+        ctx.note(f"in bursts the caller ran on CPU {duet.cpu_list_text(main['cpus'])} and the "
+                 f"callee on CPU {duet.cpu_list_text(main['callee_cpus'])}: unpinned, where the "
+                 f"scheduler puts the two draws each RPC session's level")
     ctx.details.update(plan=dataclasses.asdict(plan), sizes=sizes, in_flight=IN_FLIGHT,
+                       cpus={"caller": main["cpus"], "callee": main["callee_cpus"],
+                             "pinned": cpus is not None},
                        sockets={"default": main["sockets"],
                                 **{t: forced[t]["sockets"] for t in forced_transports}})
     for m in ctx.metrics:  # the figures the summary shows first
@@ -371,15 +370,33 @@ def round_trip(ctx: Context) -> None:
             or (m.name == "p50" and m.labels["path"] in ("tp_builtin", "gloo", "tcp")))
 
 
+def _own_cpus(ctx: Context) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """In bursts, the caller's CPUs and the callee's: two halves of this process's CPUs (one
+    each on a 2-vCPU VM). Unpinned, the two ends of a session share a CPU or not as the
+    scheduler draws it when the session starts, and the TensorPipe level follows (on the
+    Xeon VM, 4 B round trips of 110-130 us in some sessions, 200-370 us in the others; pinned
+    apart, 105-112 us in all): bursts pair the two builds' turns, not that draw. Sequential
+    rounds stay unpinned, as a user's processes run. None across hosts or on one core."""
+    if ctx.turns is None or ctx.across_hosts:
+        return None
+    try:
+        return duet.halves()
+    except duet.DuetError:
+        return None
+
+
 def _launch_round_trips(ctx: Context, sizes: list[int], plan: measure.Plan,
-                        forced_transports: tuple[str, ...], timeout: float
+                        forced_transports: tuple[str, ...], timeout: float,
+                        cpus: tuple[tuple[int, ...], ...] | None
                         ) -> tuple[dict, dict[str, dict]]:
     """The main launch (every main path and its TCP floor), then one launch per forced
-    transport (its Python echo and its own floor)."""
+    transport (its Python echo and its own floor); each rank pinned to its entry of `cpus`
+    where given. The main launch's result gains the callee's CPUs."""
     main_spec = GroupSpec(device=ctx.device, gloo=True)
-    (main, _) = _launch(ctx, workers.round_trip, 2, (main_spec, MAIN_PATHS, sizes, plan,
-                                                      IN_FLIGHT, ctx.min_run_time, ctx.turns),
-                        timeout)
+    (main, callee) = _launch(ctx, workers.round_trip, 2,
+                             (main_spec, MAIN_PATHS, sizes, plan, IN_FLIGHT, ctx.min_run_time,
+                              ctx.turns, cpus), timeout)
+    main["callee_cpus"] = callee["cpus"]
     # One process cannot offer one peer shm and another uv (a mixed group fails with
     # "unsupported transport"), so each forced transport gets its own launch with its own
     # floor, and the two are compared through their ratios to those floors.
@@ -388,7 +405,7 @@ def _launch_round_trips(ctx: Context, sizes: list[int], plan: measure.Plan,
         (forced[t], _) = _launch(ctx, workers.round_trip, 2, (_forced_spec(ctx.device, t),
                                                                ["tp_python", "tcp"], sizes,
                                                                plan, IN_FLIGHT, 0.0,
-                                                               ctx.turns), timeout)
+                                                               ctx.turns, cpus), timeout)
     return main, forced
 
 

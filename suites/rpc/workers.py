@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import rpc
 
-from harness.running import launch, timing
+from harness.running import duet, launch, timing
 from harness.running.turns import Turns
 from suites.rpc import caller, measure, paths, remote
 from suites.rpc.caller import PEER, GroupSpec, joined, worker_name
@@ -62,11 +62,15 @@ SAMPLERS: dict[str, Callable[[str, int], measure.Sampler]] = {
 
 def round_trip(rank: int, world: int, spec: GroupSpec, path_names: list[str],
                sizes: list[int], plan: measure.Plan, in_flight: int,
-               throughput_s: float, turns: Turns | None = None) -> dict[str, Any] | None:
+               throughput_s: float, turns: Turns | None = None,
+               cpus: tuple[tuple[int, ...], ...] | None = None) -> dict[str, Any]:
     """Rank 0: in each of `plan.sessions` fresh RPC sessions (see measure), per payload size,
     sample every path interleaved; and, when `throughput_s` > 0, time `in_flight` calls made
     with rpc_async against rpc_sync. Every figure pools the sessions. With `turns` (a side of
-    a round in bursts) each round of blocks, and each in-flight timing, is a turn."""
+    a round in bursts) each round of blocks, and each in-flight timing, is a turn. With `cpus`
+    each rank first pins itself to its own entry. Every rank returns the CPUs it ran on."""
+    if cpus is not None:
+        duet.pin(cpus[rank])
     turn = turns.turn if turns is not None else contextlib.nullcontext
     latency = {n: {p: [] for p in path_names} for n in sizes}
     # each session's timed blocks of the in-flight calls
@@ -97,14 +101,16 @@ def round_trip(rank: int, world: int, spec: GroupSpec, path_names: list[str],
                             flight[nbytes][name].append(list(timed.times))
                     s.release()
                 sockets = caller.transports_seen()
-    return _round_trip_result(rank, latency, flight, sockets, sizes, path_names, throughput_s)
-
-
-def _round_trip_result(rank: int, latency: dict, flight: dict, sockets: dict[str, int],
-                       sizes: list[int], path_names: list[str], throughput_s: float
-                       ) -> dict[str, Any] | None:
+    ran_on = sorted(os.sched_getaffinity(0))
     if rank != 0:
-        return None
+        return {"cpus": ran_on}
+    return {**_round_trip_result(latency, flight, sockets, sizes, path_names, throughput_s),
+            "cpus": ran_on}
+
+
+def _round_trip_result(latency: dict, flight: dict, sockets: dict[str, int],
+                       sizes: list[int], path_names: list[str], throughput_s: float
+                       ) -> dict[str, Any]:
     out: dict[str, Any] = {"sizes": {}, "sockets": sockets}
     for nbytes in sizes:
         entry: dict[str, Any] = {p: measure.summarize(latency[nbytes][p]) for p in path_names}
