@@ -374,7 +374,7 @@ def _own_cpus(ctx: Context) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """In bursts, the caller's CPUs and the callee's: two halves of this process's CPUs (one
     each on a 2-vCPU VM). Unpinned, the two ends of a session share a CPU or not as the
     scheduler draws it when the session starts, and the TensorPipe level follows (on the
-    Xeon VM, 4 B round trips of 110-130 us in some sessions, 200-370 us in the others; pinned
+    Xeon VM, 4 B round trips of 109-171 us in some sessions, 201-371 us in the others; pinned
     apart, 105-112 us in all): bursts pair the two builds' turns, not that draw. Sequential
     rounds stay unpinned, as a user's processes run. None across hosts or on one core."""
     if ctx.turns is None or ctx.across_hosts:
