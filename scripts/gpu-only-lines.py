@@ -14,6 +14,11 @@ A marked line that did run is listed too: its mark is wrong. Exit status 0; 2 on
     scripts/gpu-only-lines.py                       # the CI suite (long: tens of minutes)
     scripts/gpu-only-lines.py -- tests/test_cuda_rehearsal.py -m "not slow"
     scripts/gpu-only-lines.py --only suites/amp -- tests/test_cuda_rehearsal.py
+    scripts/gpu-only-lines.py --data D --append -- tests/test_new.py   # D: a whole run's data
+
+--append adds a selection's lines to an earlier run's data (--data), as one run of both
+would: new tests are listed against the whole suite without running it again, as long as
+harness/ and suites/ are unchanged since that run.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ def is_listed(path: Path) -> bool:
     return not path.name.startswith("test_") and path.name != "conftest.py"
 
 
-def run_coverage(pytest_args: list[str], data: Path, tmp: Path) -> int:
+def run_coverage(pytest_args: list[str], data: Path, tmp: Path, append: bool = False) -> int:
     rc = tmp / "coveragerc"
     rc.write_text(f"[run]\nsource = {', '.join(PACKAGES)}\nparallel = true\n"
                   # workers: launch's spawned processes, and programs run as subprocesses
@@ -47,8 +52,8 @@ def run_coverage(pytest_args: list[str], data: Path, tmp: Path) -> int:
     env = {**os.environ, "COVERAGE_RCFILE": str(rc)}
     status = subprocess.call([sys.executable, "-m", "coverage", "run", "-m", "pytest",
                               "-p", "no:cacheprovider", *pytest_args], cwd=ROOT, env=env)
-    subprocess.check_call([sys.executable, "-m", "coverage", "combine", "-q"], cwd=ROOT,
-                          env=env)
+    subprocess.check_call([sys.executable, "-m", "coverage", "combine", "-q",
+                           *(["--append"] if append else [])], cwd=ROOT, env=env)
     return status
 
 
@@ -102,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", help="where the coverage data goes (default: a temporary file)")
     p.add_argument("--reuse", action="store_true",
                    help="read the data of an earlier run (--data) instead of running pytest")
+    p.add_argument("--append", action="store_true",
+                   help="add this selection's lines to the data of an earlier run (--data)")
     p.add_argument("--json", help="write the counts to this file")
     p.add_argument("pytest_args", nargs="*", help="after --: the pytest selection")
     args = p.parse_args(argv)
@@ -114,14 +121,18 @@ def main(argv: list[str] | None = None) -> int:
         if not (ROOT / path).exists():
             print(f"gpu-only-lines: no such path {path!r}", file=sys.stderr)
             return 2
+    if (args.reuse or args.append) and not args.data:
+        print("gpu-only-lines: --reuse and --append read an earlier run's --data",
+              file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(args.data).resolve() if args.data else Path(tmp) / ".coverage"
-        if args.reuse:
+        if args.reuse or args.append:
             if not data.exists():
                 print(f"gpu-only-lines: no coverage data at {data}", file=sys.stderr)
                 return 2
-        else:
-            status = run_coverage(args.pytest_args, data, Path(tmp))
+        if not args.reuse:
+            status = run_coverage(args.pytest_args, data, Path(tmp), args.append)
             print(f"== pytest {' '.join(args.pytest_args)} exited {status}\n")
         counts = report(unexecuted(data, args.only))
     print(json.dumps(counts))

@@ -462,3 +462,89 @@ def test_ddp_rpc_step_time_on_the_rehearsed_gpu(cuda_rehearsal):
     assert entry.outcome == "pass", entry.reason
     assert {m.name for m in entry.metrics} >= {"step_time", "rpc_embedding_forward",
                                                "allreduce_dense_grads"}
+
+
+# ---- around the cases: what a GPU run executes besides the suites' device work ------------
+
+def test_require_cuda_names_the_rehearsed_gpu(cuda_rehearsal, capsys):
+    """The first step of scripts/gpu-check.sh, on a GPU."""
+    from harness import cli
+
+    cuda_rehearsal("H100")
+    assert cli.main(["require-cuda"]) == 0
+    assert capsys.readouterr().out == f"CUDA {torch.version.cuda}: NVIDIA H100 80GB HBM3\n"
+
+
+def test_the_report_plots_the_gpus_power_and_clock(cuda_rehearsal):
+    """A case sampled with NVML on the rehearsed GPU: the report's telemetry figure gains the
+    GPU's power and SM clock beside the CPU's."""
+    from harness.presenting import report
+    from harness.running.telemetry import Telemetry
+
+    r = cuda_rehearsal("H200")
+    r.small(telemetry.suite, "nvml_readings", side=64)
+    tel = Telemetry(interval_s=0.005)
+    try:
+        entry = execute(telemetry.suite.case("nvml_readings"), "cuda", {}, "quick", tel)
+    finally:
+        tel.close()
+    series = entry.telemetry["series"]
+    assert len(series["t_s"]) >= 3 and {"gpu0.power_w", "gpu0.sm_clock_mhz"} <= set(series)
+    svg = report.fig_telemetry(entry).svg
+    assert "gpu0 power W" in svg and "SM MHz" in svg and "CPU util %" in svg
+
+
+def test_asv_machine_names_the_gpu_and_its_driver(cuda_rehearsal, monkeypatch, tmp_path):
+    """`release-bench asv-machine` on a GPU: asv shows a machine by its `cpu` text, so the
+    GPU, the driver and CUDA go there (asv's machine file is written under HOME)."""
+    import json
+
+    from harness.adapters.asv_adapter import register_machine
+
+    cuda_rehearsal("A100")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    name = register_machine(tmp_path / "asv")
+    assert name.startswith("nvidia-a100-sxm4-80gb-x1")
+    cpu = json.loads((tmp_path / ".asv-machine.json").read_text())[name]["cpu"]
+    assert "+ 1x NVIDIA A100-SXM4-80GB (driver " in cpu and f"CUDA {torch.version.cuda})" in cpu
+    fp = json.loads((tmp_path / "asv" / f"{name}.fingerprint.json").read_text())
+    assert fp["machine"]["gpus"][0]["name"] == "NVIDIA A100-SXM4-80GB"
+
+
+def test_known_allocations_name_the_allocator_settings_in_effect(cuda_rehearsal, monkeypatch):
+    r = cuda_rehearsal("H200")
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    entry = r.run(profiler.suite, "known_allocations", **ALLOCATIONS)
+    assert entry.outcome == "pass", entry.reason
+    assert "allocator settings in effect: 'expandable_segments:True'" in entry.notes
+
+
+def test_train_step_notes_the_steps_gradscaler_skipped(cuda_rehearsal, monkeypatch):
+    """An fp16 step that overflows (a scale too high for its gradients, as the default 2^16
+    can be early in a real run): the scale falls, and the case says how many optimizer steps
+    were skipped."""
+    from suites.amp import gradscaler
+
+    r = cuda_rehearsal("H200")
+    made = gradscaler.scaler
+    monkeypatch.setattr(gradscaler, "scaler",
+                        lambda device, **kw: made(device, init_scale=2.0**100))
+    entry = r.run(amp.suite, "train_step", STEP)
+    assert entry.outcome == "pass", entry.reason
+    fell = entry.details["grad_scale[fp16]"]
+    assert fell["after"] < fell["before"] == 2.0**100
+    assert any(n.startswith("fp16: GradScaler's scale fell from 1.26765e+30") for n in entry.notes)
+
+
+def test_train_step_on_cuda_with_the_scaler_torch_had_before_2_3(cuda_rehearsal, monkeypatch):
+    """Before torch 2.3 (no torch.amp.GradScaler) the CUDA scaler is the 1.6 spelling,
+    torch.cuda.amp.GradScaler."""
+    from suites.amp import gradscaler
+
+    r = cuda_rehearsal("H200")
+    has = gradscaler.has_api
+    monkeypatch.setattr(gradscaler, "has_api",
+                        lambda api: api != "torch.amp.GradScaler" and has(api))
+    assert type(gradscaler.scaler("cuda")) is torch.cuda.amp.GradScaler
+    entry = r.run(amp.suite, "train_step", STEP)
+    assert entry.outcome == "pass", entry.reason

@@ -84,3 +84,35 @@ def test_validation_spread_gives_each_familys_sd_as_calibrate_measures_it(capsys
     assert rows and all(r["design"] == "sequential" and 0 < r["sd"] < 1 for r in rows)
     assert validation.main(["spread", str(base)]) == 0
     assert "amp/gemm_ladder time" in capsys.readouterr().out
+
+
+def test_gpu_only_lines_lists_what_no_test_ran_and_adds_a_selection_to_an_earlier_run(tmp_path):
+    """scripts/gpu-only-lines.py over two one-test selections of harness/formats.py: the
+    second, appended to the first's data, lists what neither ran."""
+    source = (ROOT / "harness" / "formats.py").read_text().splitlines()
+    n_a = 1 + source.index('        return "n/a"')
+    percent = 1 + next(i for i, line in enumerate(source) if "100 * fraction" in line)
+    for name, call in (("one", "fmt_value(None, 's') == 'n/a'"),
+                       ("two", "fmt_percent(0.5) == '50%'")):
+        (tmp_path / f"test_{name}.py").write_text(
+            f"from harness.formats import fmt_percent, fmt_value\n\n\n"
+            f"def test_{name}():\n    assert {call}\n")
+    data = tmp_path / "coverage-data"
+
+    def listing(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "scripts/gpu-only-lines.py", "--only",
+                               "harness/formats.py", "--data", str(data), *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+
+    first = listing("--", str(tmp_path / "test_one.py"))
+    assert first.returncode == 0, first.stderr
+    assert f"harness/formats.py:{percent}:" in first.stdout
+    assert f"harness/formats.py:{n_a}:" not in first.stdout
+    both = listing("--append", "--", str(tmp_path / "test_two.py"))
+    assert both.returncode == 0, both.stderr
+    assert f"harness/formats.py:{percent}:" not in both.stdout
+    assert f"harness/formats.py:{n_a}:" not in both.stdout  # kept from the first run
+    assert '"gpu_only": 0' in both.stdout and "-- 0 lines" in both.stdout
+    bad = subprocess.run([sys.executable, "scripts/gpu-only-lines.py", "--append"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--data" in bad.stderr

@@ -70,6 +70,20 @@ def test_idle_reason_alone_is_not_throttling():
     assert gpu_flags(s) == [] and s["gpus"][0]["clocks_event_reasons_seen"] == ["gpu_idle"]
 
 
+class OldBindingsNvml(FakeNvml):
+    """An older nvidia-ml-py: the clocks-event call under its deprecated name only."""
+
+    nvmlDeviceGetCurrentClocksEventReasons = None
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h):
+        return FakeNvml.nvmlDeviceGetCurrentClocksEventReasons(self, h)
+
+
+def test_older_bindings_read_the_clocks_event_reasons_by_their_deprecated_name():
+    _, s = sampled(OldBindingsNvml([FakeGpu(clocks_event_mask=0x4)]))
+    assert gpu_flags(s) == ["gpu0 throttled: sw_power_cap"]
+
+
 def test_another_process_on_the_gpu_is_flagged():
     _, s = sampled(FakeNvml([FakeGpu(pids=[os.getpid(), 999_999])]))
     assert s["gpus"][0]["other_processes"] == [999_999]

@@ -90,6 +90,13 @@ def test_tf32_is_refused_on_cpu():
         cases.matmul("cpu", 64, "tf32")
 
 
+def test_a_tf32_training_step_is_skipped_on_cpu():
+    """The grid's tf32=True runs are CUDA runs: on the CPU they are skipped, saying why."""
+    entry = runner.execute(cases.suite.case("train_step"), "cpu",
+                           {"model": "encoder", "tf32": True}, "quick")
+    assert entry.outcome == "skip" and "TF32 is a CUDA setting" in entry.reason
+
+
 def test_backend_flags_are_restored():
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark)
     with training.restored_backend_flags():
