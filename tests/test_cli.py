@@ -163,6 +163,19 @@ def test_dry_run_prints_the_settings_of_each_case_it_would_run(profile, capsys):
         (["ab", "a", "b", "--calibration", "no/such/calibration.json"], "not a calibration"),
         (["expectations", "check", "results/runs/amd-epyc-2c/20261130T071344Z-quick.json",
           "--file", "no/such/expectations.toml"], "no/such/expectations.toml: cannot read"),
+        (["ab", "a"], "ab needs two environments, A and B (or --judge AB_DIR)"),
+        (["ab", "a", "b", "--rounds", "0"], "--rounds must be at least 1, got 0"),
+        (["ab", "a", "b", "--history", "README.md"], "--history README.md: not a folder of runs"),
+        (["calibrate", "--rounds", "2"], "--rounds must be at least 3 to measure a spread"),
+        (["calibrate", "--suite", "fork_wait", "--case", "release_notes_example"],
+         "nothing to calibrate: no benchmark case matches the selection"),
+        (["run", "--param", "trials"], "expected KEY=VALUE, got 'trials'"),
+        (["run", "--telemetry-interval", "0"], "expected a positive number of seconds, got '0'"),
+        (["run", "--suite", "fork_wait", "--param", "nope=1", "--dry-run"],
+         "no case to run takes parameter 'nope'"),
+        (["compare", "a.json", "b.json", "--threshold", "latency=much"],
+         "expected KIND=TOLERANCE such as latency=0.2, got 'latency=much'"),
+        (["report", "--matrix", "README.md"], "README.md: Expecting value"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):
@@ -170,6 +183,13 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1, out.stderr
     assert message in out.stderr and out.stderr.startswith("release-bench: error:")
+
+
+def test_report_refuses_a_history_record_of_another_schema_in_one_line(tmp_path):
+    (tmp_path / "torch-2.4.0.json").write_text('{"schema": "something-else"}')
+    out = cli_run("report", "--history", str(tmp_path))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "not a history record (schema 'something-else')" in out.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")

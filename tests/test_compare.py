@@ -1108,3 +1108,16 @@ def test_a_change_inside_the_tolerance_fails_no_exit_status():
     counts = dict.fromkeys(compare.VERDICTS, 0) | {"worse": 3, "better": 1, "inconclusive": 2}
     assert judging.exit_status(counts) == 0
     assert judging.exit_status(counts | {"regression": 1}) == 1
+
+
+def test_a_case_on_one_side_only_is_new_or_gone():
+    """A case the candidate adds (a suite grew) or drops (a case no longer runs): one verdict
+    on the whole case each, not silence."""
+    rng = np.random.default_rng(5)
+    base = _run([_metric("t", _samples(rng, 1.0))], case="kept")
+    base = base.with_result(_run([_metric("t", _samples(rng, 1.0))], case="dropped").results[0])
+    cand = _run([_metric("t", _samples(rng, 1.0))], case="kept")
+    cand = cand.with_result(_run([_metric("t", _samples(rng, 1.0))], case="added").results[0])
+    whole = {(c.case.case, c.verdict) for c in compare.compare_runs(base, cand)
+             if c.metric == "(case)"}
+    assert whole == {("added", compare.Verdict.NEW), ("dropped", compare.Verdict.GONE)}

@@ -34,6 +34,12 @@ def raise_on_rank1(rank, world):
     return rank
 
 
+def return_a_lock(rank, world):
+    import threading
+
+    return threading.Lock()  # cannot be pickled back to the parent
+
+
 def exit_hard(rank, world):
     if rank == 0:
         print("about to exit hard", flush=True)
@@ -159,6 +165,14 @@ def test_worker_exception_names_rank_type_and_message():
     assert msg.startswith("worker rank 1 raised ValueError: boom from rank 1")
     failure = err.value.failures[0]
     assert "raise_on_rank1" in failure.traceback
+
+
+def test_a_result_that_cannot_be_pickled_is_a_clear_error():
+    with pytest.raises(LaunchError) as err:
+        launch(return_a_lock, 1, timeout_s=60)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith("worker rank 0 raised TypeError: result could not be pickled: ")
 
 
 def test_hard_exit_reports_exit_code_and_log():

@@ -192,3 +192,39 @@ def test_a_figure_of_no_known_kind_or_direction_is_refused_where_it_is_recorded(
     assert ctx.metrics == []
     m = ctx.metric("t", 1.0, "s", kind="time", better="lower")
     assert m.kind == records.MetricKind.TIME and m.record().to_json()["kind"] == "time"
+
+
+def test_a_write_the_disk_refuses_keeps_the_previous_file(tmp_path, monkeypatch):
+    """As above, the failure inside the write itself (a full disk)."""
+    import os
+
+    path = tmp_path / "run.json"
+    records.write_json_atomic(path, {"figure": 1})
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        records.write_json_atomic(path, {"figure": 2})
+    assert json.loads(path.read_text()) == {"figure": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
+def test_a_folder_given_as_a_run_file_or_without_runs_is_one_line(tmp_path):
+    with pytest.raises(records.RecordError, match="cannot read") as err:
+        records.read_run(tmp_path)
+    assert "\n" not in str(err.value)
+    with pytest.raises(records.RecordError, match="no run files in this directory"):
+        records.resolve_run(tmp_path)
+
+
+def test_check_raises_fails_on_the_wrong_exception_and_on_none():
+    from harness.cases import Context
+
+    ctx = Context("cpu", "quick", {})
+    assert ctx.check_raises("raises ValueError", lambda: int("x"), ValueError, "invalid")
+    assert not ctx.check_raises("raises KeyError", lambda: int("x"), KeyError)
+    assert not ctx.check_raises("raises at all", lambda: 1, ValueError)
+    assert [(c.passed, c.detail.split(":")[0]) for c in ctx.checks] == [
+        (True, "raised ValueError"), (False, "raised ValueError instead"), (False, "did not raise")]
