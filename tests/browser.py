@@ -42,6 +42,13 @@ class PageVisit:
     screenshot: Path | None = None
 
 
+# asv's graph page draws its overview with flot into a panel that may not have its width yet:
+# flot throws this, then the graph draws as it should (a race in asv's page, not in what this
+# project publishes)
+ASV_FLOT_RACE = "Invalid dimensions for plot, width = 0"
+ASV_GRAPH_LOADS = 3
+
+
 def visit(url: str, name: str, count: tuple[str, ...] = (), wait_for: str | None = None,
           then_hash: str | None = None) -> PageVisit:
     """Load `url`, wait for the network to settle (and `wait_for` to appear), collect console
@@ -49,9 +56,21 @@ def visit(url: str, name: str, count: tuple[str, ...] = (), wait_for: str | None
 
     `then_hash` opens an in-page address after the page has settled, as a reader following a
     link does (`wait_for` then applies to it). asv's pages need this for a graph: opened
-    cold from a deep link, flot sometimes draws before the page has its width ("Invalid
-    dimensions for plot, width = 0"; seen once here), a race in asv's page.
+    cold from a deep link, flot draws before the page has its width more often. Even so the
+    race shows now and then (twice in the CI runs here), so a graph page whose only errors are
+    ASV_FLOT_RACE is loaded again in a fresh browser, up to ASV_GRAPH_LOADS loads in all: a
+    page that throws it on every load, or throws anything else, still fails its test.
     """
+    for _ in range(ASV_GRAPH_LOADS if then_hash else 1):
+        page = _visit_once(url, name, count, wait_for, then_hash)
+        if not page.console_errors or any(ASV_FLOT_RACE not in e
+                                          for e in page.console_errors):
+            break
+    return page
+
+
+def _visit_once(url: str, name: str, count: tuple[str, ...], wait_for: str | None,
+                then_hash: str | None) -> PageVisit:
     from playwright.sync_api import sync_playwright
 
     errors: list[str] = []
