@@ -86,6 +86,18 @@ def test_a_calibration_is_used_only_on_the_hardware_it_measured(tmp_path):
     assert got is None and "other hardware" in line and "conservative" in line
     got, line = calibration.for_machine({**MACHINE, "name": "other"}, tmp_path)
     assert got is None and "no calibration of other" in line
+    # a file that is not a calibration (another tool's, a truncated write): the defaults, said
+    path = calibration.path_for(MACHINE["name"], tmp_path)
+    path.write_text(json.dumps({"schema": "release-bench-run/2"}))
+    got, line = calibration.for_machine(MACHINE, tmp_path)
+    assert got is None and line.startswith(
+        f"calibration {path.name} unreadable (not a calibration ('release-bench-run/2')): "
+        "conservative defaults")
+    path.write_text('{"schema": ')
+    assert calibration.for_machine(MACHINE, tmp_path)[1].startswith(
+        f"calibration {path.name} unreadable (Expecting value")
+    # a rounds count beyond reach is none, not a number past the cap
+    assert calibration.rounds_for(1.0, 0.01, most=1000) is None
 
 
 def test_the_calibrations_floor_holds_a_figure_that_looked_steady_by_chance():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import torch
 from harness import cli, records
 from harness.cases import PROFILES
 
+ROOT = Path(__file__).resolve().parent.parent
 EXE = shutil.which("release-bench") or str(Path(sys.executable).parent / "release-bench")
 
 
@@ -264,3 +266,62 @@ def test_show_of_an_ab_folder_counts_every_verdict(tmp_path):
     (tmp_path / "comparison.json").write_text("{}")
     bad = cli_run("show", str(tmp_path))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not a comparison" in bad.stderr
+
+
+def test_a_calibration_of_other_hardware_or_another_design_is_refused_in_one_line():
+    """--calibration FILE judges only comparisons of the hardware and the design it
+    calibrated: anything else would take another machine's noise for this one's."""
+    import argparse
+
+    from harness.commands import common
+    from harness.commands.common import UsageError
+
+    spec = str(ROOT / "results" / "calibration" / "intel-xeon-2c.bursts.json")
+    calibrated = json.loads(Path(spec).read_text())["machine"]
+    args = argparse.Namespace(calibration=spec, duet=False, bursts=True)
+    cal, line = common.read_calibration(args, calibrated)
+    assert cal.design == "bursts" and line == f"calibration: {spec}"
+    for duet, bursts, says in [(False, False, "these are sequential (release-bench calibrate)"),
+                               (True, False, "these are duet (release-bench calibrate --duet)")]:
+        args = argparse.Namespace(calibration=spec, duet=duet, bursts=bursts)
+        with pytest.raises(UsageError, match=re.escape(f"{spec}: calibrates bursts rounds, "
+                                                       f"and {says}")):
+            common.read_calibration(args, calibrated)
+    other = {**calibrated, "cpu": {**calibrated["cpu"], "logical_cores": 4}}
+    with pytest.raises(UsageError, match=re.escape(f"--calibration {spec}: of other hardware "
+                                                   f"(logical cores (2 vs 4))")):
+        common.read_calibration(argparse.Namespace(calibration=spec, bursts=True), other)
+
+
+NO_TORCH = """
+import sys
+
+class NoTorch:  # a Python with the project's dependencies but without torch
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "torch":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, NoTorch())
+from harness import cli
+raise SystemExit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_a_python_without_torch_is_one_line_naming_it():
+    out = subprocess.run([sys.executable, "-c", NO_TORCH, "run", "--suite", "amp"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr == f"release-bench: error: torch is not installed in this Python " \
+                         f"({sys.executable})\n"
+
+
+def test_ctrl_c_outside_a_run_is_one_line_and_exit_130(monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    import dataclasses
+
+    monkeypatch.setitem(cli.COMMANDS, "compare",
+                        dataclasses.replace(cli.COMMANDS["compare"], main=interrupted))
+    assert cli.main(["compare", "a.json", "b.json"]) == 130
+    assert capsys.readouterr().err == "release-bench: interrupted\n"

@@ -1121,3 +1121,32 @@ def test_a_case_on_one_side_only_is_new_or_gone():
     whole = {(c.case.case, c.verdict) for c in compare.compare_runs(base, cand)
              if c.metric == "(case)"}
     assert whole == {("added", compare.Verdict.NEW), ("dropped", compare.Verdict.GONE)}
+
+
+def test_an_environment_that_cannot_run_the_suites_is_one_line(tmp_path):
+    """What `ab`, `matrix` and the nightly say of an environment before any round runs."""
+    import os
+
+    from harness.comparing.campaign import CampaignError, python_of, torch_version
+
+    (tmp_path / "venv").mkdir()
+    with pytest.raises(CampaignError, match="venv: not a virtual environment \\(no bin/python\\)"):
+        python_of(str(tmp_path / "venv"))
+    (tmp_path / "notes.txt").write_text("not a program")
+    with pytest.raises(CampaignError, match="notes.txt: neither a venv folder nor a Python"):
+        python_of(str(tmp_path / "notes.txt"))
+    broken = tmp_path / "python"
+    broken.write_text("#!/bin/sh\necho 'ModuleNotFoundError: No module named torch' >&2\n"
+                      "exit 1\n")
+    os.chmod(broken, 0o755)
+    assert python_of(str(broken)) == broken
+    with pytest.raises(CampaignError, match="python: cannot run the suites \\("
+                                            "ModuleNotFoundError: No module named torch\\)$"):
+        torch_version(broken)
+    broken.write_text("#!/bin/sh\nexit 3\n")
+    with pytest.raises(CampaignError, match="cannot run the suites \\(exit status 3\\)$"):
+        torch_version(broken)
+    broken.write_text("#!/no/such/interpreter\n")
+    with pytest.raises(CampaignError, match="cannot run the suites \\(No such file or "
+                                            "directory\\)$"):
+        torch_version(broken)

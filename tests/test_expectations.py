@@ -141,6 +141,29 @@ def test_a_bad_file_is_one_line(text, says, tmp_path):
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+ENTRY = 'case = "a/b"\noutcome = "fail"\nissue = "https://x.org/i/1"\n'
+WHEN = "`when` takes torch, device, platform, python"
+
+
+@pytest.mark.parametrize("text, says", [
+    ('expect = [1]\n', "entry 1: not a table"),
+    ('[[expect]]\ncase = "ab"\noutcome = "fail"\n', "entry 1: `case` must be 'suite/case'"),
+    ('[[expect]]\ncase = "a/b"\noutcome = ["fail", "broken"]\n',
+     "entry 1 (a/b): `outcome` must be one or a list of"),
+    (f'[[expect]]\n{ENTRY}signature = "(unclosed"\n',
+     "entry 1 (a/b): `signature` is not a regular expression (missing ), unterminated"),
+    (f'[[expect]]\n{ENTRY}when = {{ gpu = "H200" }}\n', f"entry 1 (a/b): {WHEN}; got 'gpu'"),
+    (f'[[expect]]\n{ENTRY}when = "linux"\n', f"entry 1 (a/b): {WHEN}"),
+    (f'[expected]\n{ENTRY}', "unknown table 'expected' (entries are [[expect]] tables)"),
+])
+def test_each_malformed_entry_is_named_with_what_is_wrong(text, says):
+    """The same one line as above (shown there through the command line), for each way an
+    entry can be malformed."""
+    with pytest.raises(expectations.ExpectationsError) as e:
+        expectations.parse(text)
+    assert str(e.value).startswith(f"expectations: {says}"), e.value
+
+
 def test_the_repositorys_file_is_valid_and_names_only_cases_that_exist():
     entries = expectations.load()
     assert entries and not expectations.stale(entries, expectations.known_cases())

@@ -155,34 +155,58 @@ def _fails():
     raise AssertionError("gave 2, documented 3")
 
 
+def _raises():
+    raise RuntimeError("RPC is already initialized\nin a second line")
+
+
 @pytest.mark.parametrize(("func", "status", "says"), [
     (_works, "works", ""), (_warns, "warns", "FutureWarning: `old_thing` is deprecated (see "
                                              "<file>)"),
-    (_removed, "removed", "AttributeError"), (_fails, "fails", "gave 2, documented 3")])
+    (_removed, "removed", "AttributeError"), (_fails, "fails", "gave 2, documented 3"),
+    (_raises, "fails", "RuntimeError: RPC is already initialized")])
 def test_an_example_works_warns_is_removed_or_fails(func, status, says):
     got = api_record.run(api_record.Example("demo", func.__name__, "1.6", func, "a demo"))
     assert got["status"] == status
     assert says in got["reason"] + "".join(got["warnings"])
+    assert "\n" not in got["reason"]
+
+
+def test_an_example_is_spelled_as_1_6_or_today():
+    with pytest.raises(ValueError, match=r"spelling must be one of \('1.6', 'today'\)"):
+        api_record.example("amp", "1.7")
 
 
 def test_the_release_notes_examples_run_in_this_torch_and_break_where_their_api_is_gone(
         tmp_path):
     def record(python) -> dict:
-        out = subprocess.run([str(python), "-m", "harness.releases.api_record", "amp"], cwd=ROOT,
+        out = subprocess.run([str(python), "-m", "harness.releases.api_record"], cwd=ROOT,
                              capture_output=True, text=True, timeout=300,
                              env=os.environ | {"PYTHONPATH": str(ROOT)})
         assert out.returncode == 0, out.stderr
         return {r["example"]: r for r in map(json.loads, out.stdout.splitlines())}
 
+    # every suite's examples (the RPC ones on loopback, a world of one)
     here = record(sys.executable)
-    assert set(here) == {"cuda_amp_autocast_and_gradscaler", "cpu_amp_autocast_bfloat16",
-                         "autocast_and_amp_gradscaler"}
-    assert here["autocast_and_amp_gradscaler"]["status"] in ("works", "warns")
-    gone = record(planted_python(tmp_path / "py", "remove=torch.amp.GradScaler"))
-    assert gone["autocast_and_amp_gradscaler"]["status"] == "removed"
+    assert {e for e, r in here.items() if r["suite"] == "amp"} == {
+        "cuda_amp_autocast_and_gradscaler", "cpu_amp_autocast_bfloat16",
+        "autocast_and_amp_gradscaler"}
+    assert {r["suite"] for r in here.values()} == {"amp", "profiler", "rpc", "fork_wait"}
+    # today's spellings work; none of the 1.6 ones gives a wrong answer (each works, warns,
+    # or its API is gone, as profile(use_cuda=) is from this torch)
+    assert all(r["status"] in ("works", "warns") for r in here.values()
+               if r["spelling"] == "today"), here
+    assert not [r for r in here.values() if r["status"] == "fails"], here
+    assert all(here[e]["status"] in ("works", "warns") for e in (
+        "autograd_profiler_profile_memory", "init_rpc_tensorpipe_backend",
+        "async_execution_chained", "scripted_fork_wait", "eager_fork_wait"))
+    # (RPC's own API cannot be removed so: torch's RPC needs it to start)
+    gone = record(planted_python(tmp_path / "py",
+                                 "remove=torch.amp.GradScaler+torch.profiler.profile"))
+    changed = {e: r["status"] for e, r in gone.items() if r["status"] != here[e]["status"]}
+    assert changed == {"autocast_and_amp_gradscaler": "removed",
+                       "torch_profiler_profile_memory": "removed"}, changed
     assert "GradScaler" in gone["autocast_and_amp_gradscaler"]["reason"]
-    assert gone["cpu_amp_autocast_bfloat16"]["status"] == here["cpu_amp_autocast_bfloat16"][
-        "status"]
+    assert "profile" in gone["torch_profiler_profile_memory"]["reason"]
 
 
 # ---------------------------------------------------------------- history
@@ -347,3 +371,6 @@ def test_a_metric_is_named_as_the_output_writes_it():
     assert bisect.parse_metric("time[dtype=autocast-bfloat16, n=256]") == MetricKey.of(
         "time", {"n": 256, "dtype": "autocast-bfloat16"})
     assert bisect.parse_metric("speedup") == MetricKey.of("speedup")
+    for bad in ("time[n=1", "p50 us", ""):
+        with pytest.raises(ValueError, match=r"is not a metric \(NAME or NAME\[label=value"):
+            bisect.parse_metric(bad)

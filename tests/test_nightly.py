@@ -162,6 +162,29 @@ def test_bad_input_to_the_nightly_is_one_line(tmp_path, capsys):
     assert "starts from none" in error("2.10.0", "--rehearse")
 
 
+def test_the_default_gate_and_asv_selection_are_the_headline_cases_tracks():
+    """Without --gate and --asv-bench, the nightly gates the cases with headline figures and
+    asv runs their track views: each name it selects is a benchmark asv will find."""
+    import importlib
+    import re
+
+    from harness import registry
+    from harness.commands import nightly as command
+
+    units = command._headline_units(registry.suite_names(), None, [], None, False)
+    tracked = {u.name for u in units}
+    assert {"amp.gemm_ladder", "rpc.round_trip"} <= tracked
+    names = command.asv_names(units)
+    assert {"amp.asv_bench.GemmTflops.track_tflops",
+            "rpc.asv_bench.RoundTripLatency.track_p50"} <= set(names)
+    assert {n.split(".")[0] for n in names} == {u.suite for u in units}
+    for name in names:
+        suite, module, view, method = name.split(".")
+        cls = getattr(importlib.import_module(f"suites.{suite}.{module}"), view)
+        assert callable(getattr(cls, method)), name
+        assert re.match(r"track_\w+$", method)
+
+
 # -------------------------------------------------------------- a two-night miniature, in CI
 
 @pytest.fixture(scope="module")

@@ -70,6 +70,12 @@ def test_records_are_frozen_and_know_their_identity():
     assert result.metric(m.key) is m and result.metric(labelled.key) is None
 
 
+def test_a_check_cannot_be_passed_and_inconclusive_at_once():
+    assert records.Check("p50 within 5%", False, inconclusive=True).failed is False
+    with pytest.raises(ValueError, match="check 'p50 within 5%': passed and inconclusive at once"):
+        records.Check("p50 within 5%", True, inconclusive=True)
+
+
 def test_a_result_says_whether_its_figures_may_be_judged():
     ok = a_run().results[0]
     assert ok.valid and ok.contended() is None

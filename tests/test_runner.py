@@ -170,6 +170,10 @@ def test_has_api_names_objects_submodules_and_keywords():
     assert not has_api("torch.amp.NoSuchScaler") and not has_api("no_such_module.thing")
     assert has_api("torch.autocast(device_type)") and has_api("torch.profiler.profile(activities=)")
     assert not has_api("torch.autocast(no_such_keyword)")
+    # a submodule its package does not import until asked, and one that is not there
+    assert has_api("json.tool.main") and not has_api("json.no_such_tool")
+    # a keyword of a function without a Python signature cannot be seen: never claimed
+    assert not has_api("torch.add(alpha=)")
 
 
 def test_error_keeps_the_traceback():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -140,7 +141,26 @@ def test_cuda_visible_devices_by_index_uuid_prefix_and_invalid_entry():
     assert picked("2,0") == [2, 0]
     assert picked("GPU-3aaa,GPU-1") == [3, 1]
     assert picked("1,7,2") == [1]  # CUDA stops at the first device that does not exist
+    assert picked("GPU-2,GPU-9,GPU-1") == [2]  # ... or that no UUID starts with
+    assert picked("GPU-3,GPU-,GPU-1") == [3]  # ... or that more than one does
     assert picked("") == []
+
+
+def test_nvml_failing_after_init_is_a_reason_and_its_shutdown_error_is_not_a_crash():
+    class CountFails(FakeNvml):
+        def nvmlDeviceGetCount(self):
+            raise NVMLError_NoPermission()
+
+    reader = NvmlReader.open(CountFails([FakeGpu()]))
+    assert reader.handles == [] and reader.error == "unavailable: Insufficient Permissions"
+
+    class ShutdownFails(FakeNvml):
+        def nvmlShutdown(self):
+            raise NVMLError_LibraryNotFound()
+
+    reader = NvmlReader.open(ShutdownFails([FakeGpu()]))
+    assert reader.error is None and len(reader.handles) == 1
+    reader.close()  # the run's telemetry ends without an error of its own
 
 
 def test_host_sampler_for_real():
@@ -176,6 +196,63 @@ def test_rapl_unreadable_or_absent(tmp_path):
     r = Rapl(tmp_path)
     assert r.error is None
     assert r.delta_j([999_000], [1_000]) == pytest.approx(0.002)  # wrapped around
+
+
+def _rapl_zone(root, energy_uj: str = "1000\n"):
+    zone = root / "intel-rapl:0"
+    zone.mkdir(parents=True)
+    (zone / "max_energy_range_uj").write_text("262143328850\n")
+    (zone / "energy_uj").write_text(energy_uj)
+    return zone
+
+
+def test_rapl_that_needs_root_or_reads_garbage_or_goes_away_is_a_reason(tmp_path, monkeypatch):
+    assert Rapl(_rapl_zone(tmp_path / "garbage", "n/a\n").parent).error == (
+        "unavailable: invalid literal for int() with base 10: 'n/a\\n'")
+    zone = _rapl_zone(tmp_path / "gone")
+    r = Rapl(zone.parent)
+    assert r.read_uj() == [1000]
+    (zone / "energy_uj").unlink()
+    assert r.read_uj() is None and r.error.startswith("unavailable: [Errno 2]")
+    # since 2020 (CVE-2020-8694) energy_uj is readable by root only; this test runs as root
+    real = Path.read_text
+
+    def root_only(path, *args, **kwargs):
+        if path.name == "energy_uj":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", root_only)
+    assert Rapl(_rapl_zone(tmp_path / "root").parent).error == (
+        "unavailable: RAPL energy_uj needs root")
+
+
+def test_the_energy_a_case_used_is_the_rapl_counters_difference(tmp_path):
+    zone = _rapl_zone(tmp_path, "5000000\n")
+    host = HostReader()
+    host.rapl = Rapl(tmp_path)
+    with Sampler(host, None, interval_s=0.05) as s:
+        (zone / "energy_uj").write_text("7500000\n")  # 2.5 J while the case ran
+    assert s.summary()["host"]["energy_j"] == pytest.approx(2.5)
+
+
+def test_a_sample_that_raises_is_recorded_and_sampling_goes_on():
+    host = HostReader()
+    real, calls = host.sample, []
+
+    def sample():
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(24, "Too many open files")
+        return real()
+
+    host.sample = sample
+    with Sampler(host, None, interval_s=0.02) as s:
+        time.sleep(0.3)
+    summary = s.summary()
+    assert summary["unavailable"]["sampler"] == "unavailable: OSError: [Errno 24] Too many " \
+        "open files"
+    assert summary["samples"] >= 5  # the samples before and after the one that failed
 
 
 def test_telemetry_without_a_gpu_here_records_why():

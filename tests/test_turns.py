@@ -121,6 +121,20 @@ def test_a_partner_that_failed_or_never_came_ends_the_round():
                 pass
 
 
+def test_a_side_without_a_referee_or_declared_dead_gets_no_turn(tmp_path):
+    with pytest.raises(turns.TurnsError, match="side B: no referee at .*/none \\(\\[Errno 2\\]"):
+        with turns.Turns(str(tmp_path / "none"), 1).turn():
+            pass
+    # the campaign saw side B's process fail; a process of B's still asking (a child it
+    # left behind) is not given the turns of a side that no longer counts
+    with turns.Referee(timeout_s=30) as referee:
+        referee.ended(1, 1)
+        with pytest.raises(turns.TurnsError, match="^this side was declared dead$"):
+            with referee.turns(1).turn():
+                pass
+        assert referee.summary()["died"] == {"B": "exited with status 1"}
+
+
 def test_a_partner_that_ended_leaves_the_other_side_alone():
     with turns.Referee(timeout_s=30) as referee:
         referee.ended(0, 0)

@@ -51,14 +51,6 @@ def positive_float(text: str) -> float:
     return value
 
 
-def fraction(text: str) -> float:
-    value = _number(text)
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1 such as 0.1, "
-                                         f"got {text!r}")
-    return value
-
-
 def param(text: str) -> tuple[str, object]:
     import json
 

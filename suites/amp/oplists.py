@@ -276,11 +276,12 @@ def _difference(a: Any, b: Any) -> str:
             return f"max abs difference {diff:.3g}"
         return "values differ"
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        if _dtype_name(a) != _dtype_name(b):
+        if _dtype_name(a) != _dtype_name(b):  # a length too: each element is named
             return f"{_dtype_name(a)} vs {_dtype_name(b)}"
-        i, x, y = next(((i, x, y) for i, (x, y) in enumerate(zip(a, b, strict=False))
-                        if not same(x, y)), (None, None, None))
-        return f"element {i}: {_difference(x, y)}" if i is not None else "lengths differ"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            if not same(x, y):
+                return f"element {i}: {_difference(x, y)}"
+        # equal elements: a tuple against a list
     if type(a) is not type(b):
         return f"{type(a).__name__} vs {type(b).__name__}"
     return f"{a!r} vs {b!r}"

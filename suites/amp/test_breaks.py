@@ -84,6 +84,32 @@ def _fp32_then_round(real):
     return mm
 
 
+def autocast_ignores_enabled_false() -> None:
+    """autocast(enabled=False) leaves autocast on: the nested region meant to run in full
+    precision does not."""
+    real = torch.autocast
+
+    class Ignoring(real):
+        def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+            super().__init__(device_type, dtype=dtype, enabled=True, cache_enabled=cache_enabled)
+
+    torch.autocast = Ignoring
+
+
+def autocast_leaks() -> None:
+    """Leaving an autocast region leaves autocast on: the code after it runs autocast too."""
+    real = torch.autocast
+
+    class Leaking(real):
+        def __exit__(self, *exc):
+            out = super().__exit__(*exc)
+            if self._enabled:
+                torch.set_autocast_enabled(self.device, True)
+            return out
+
+    torch.autocast = Leaking
+
+
 def mm_computes_in_fp32() -> None:
     torch.mm = _fp32_then_round(torch.mm)
 
@@ -135,6 +161,23 @@ def test_every_check_fails_when_autocast_is_a_noop():
 
 
 @pytest.mark.distributed
+def test_control_check_fails_when_enabled_false_does_not_disable_autocast():
+    res = run_op_lists("cpu", "bfloat16", setup=autocast_ignores_enabled_false)
+    assert res.checks and not any(c.passed for c in res.checks)
+    assert all("autocast not disabled for the control" in c.detail for c in res.checks)
+
+
+@pytest.mark.distributed
+def test_every_check_fails_when_autocast_stays_on_after_its_region():
+    res = run_op_lists("cpu", "bfloat16", setup=autocast_leaks)
+    assert res.checks and not any(c.passed for c in res.checks)
+    assert all("autocast still enabled after the region" in c.detail for c in res.checks)
+    # from the second entry on, the leak is there before the region too
+    assert sum("autocast already enabled before the region" in c.detail
+               for c in res.checks) == len(res.checks) - 1
+
+
+@pytest.mark.distributed
 def test_control_check_fails_when_mm_rounds_an_fp32_result():
     bad = failed(run_op_lists("cpu", "bfloat16", setup=mm_computes_in_fp32))
     assert set(bad) == {"torch_16/mm"}, bad
@@ -148,6 +191,36 @@ def test_variant_check_fails_when_tensor_method_disagrees():
     assert set(bad) == {"torch_16/mm"}, bad
     assert "torch.mm and Tensor.mm disagree" in bad["torch_16/mm"]
     assert "control" not in bad["torch_16/mm"]  # torch.mm itself still equals the control
+
+
+class _RaisingAutocast(torch.autocast):
+    def __enter__(self):
+        raise RuntimeError("User specified an unsupported autocast device_type 'cpu'\nmore")
+
+
+class _WarningAutocast(torch.autocast):
+    """What CPU autocast did before it took float16: warn, and stay off."""
+
+    def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+        import warnings
+
+        warnings.warn("In CPU autocast, but the target dtype is not supported. Disabling "
+                      "autocast.", UserWarning, stacklevel=2)
+        super().__init__(device_type, dtype=dtype, enabled=False, cache_enabled=cache_enabled)
+
+
+@pytest.mark.parametrize(("refusing", "said"), [
+    (_RaisingAutocast, "raises RuntimeError: User specified an unsupported autocast "
+                       "device_type 'cpu'"),
+    (_WarningAutocast, "warns 'In CPU autocast, but the target dtype is not supported. "
+                       "Disabling autocast.' and stays disabled")], ids=["raises", "warns"])
+def test_an_autocast_that_refuses_its_dtype_fails_the_op_lists(monkeypatch, refusing, said):
+    """In a release that has the feature, autocast refusing a dtype is the failure, whatever
+    way it refuses (never `n/a`, never the lists run against an autocast that is off)."""
+    monkeypatch.setattr(torch, "autocast", refusing)
+    entry = run("autocast_op_lists", params={"dtype": "float16"})
+    assert entry.outcome == "fail"
+    assert f"autocast did not engage: {said}, in torch " in entry.reason, entry.reason
 
 
 @pytest.mark.distributed

@@ -77,6 +77,32 @@ def test_cuda_lists_are_read_as_pytorch_reads_them():
             assert method_only == name.startswith("methods_")
 
 
+def test_an_op_list_entry_not_run_says_why_and_a_missing_op_is_a_problem():
+    x = torch.ones(2)
+    unknown = oplists.parse("torch_int8", 0, ("mm", (x, x)), torch.bfloat16)
+    assert unknown.skip == "list 'torch_int8' is not one this suite knows how to read"
+    rocm = oplists.parse("nn_fp16", 0, ("conv_tbc", (x, x), True), torch.float16)
+    assert rocm.skip == "PyTorch's test skips this entry on ROCm"
+    assert oplists.parse("nn_fp16", 0, ("conv_tbc", (x, x), False), torch.float16).skip == ""
+    # an entry naming an op this torch does not have fails, with the op's name
+    gone = oplists.parse("torch_16", 0, ("no_such_op", (x,)), torch.bfloat16)
+    problems: list[str] = []
+    assert oplists._run_outofplace(gone, "cpu", torch.bfloat16, problems) == ""
+    assert problems == ["no_such_op is neither in torch nor a Tensor method"]
+
+
+def test_what_differs_from_the_control_is_said_for_each_kind_of_output():
+    a = torch.tensor([1, 2, 3])
+    assert oplists._difference(a, torch.tensor([1, 2, 4])) == "values differ"
+    assert oplists._difference(a, a.float()) == "int64(3,) vs float32(3,)"
+    assert oplists._difference((a, a), (a, a + 1)) == "element 1: values differ"
+    assert oplists._difference((a, a), (a,)) == "(int64, int64) vs (int64)"
+    assert oplists._difference((a, a), [a, a]) == "tuple vs list"
+    assert oplists._difference((a,), (a.float(),)) == "(int64) vs (float32)"
+    assert oplists._difference(2, 2.5) == "int vs float"
+    assert oplists._difference(2, 3) == "2 vs 3"
+
+
 @pytest.mark.parametrize(("dtype", "want"), [("float32", torch.float32),
                                              ("bfloat16", torch.bfloat16),
                                              ("autocast-bfloat16", torch.bfloat16)])

@@ -182,3 +182,20 @@ FEATURE_OFF = {
                          ids=[f"{n}-{p}" for n, p in FEATURE_OFF])
 def test_each_case_fails_with_its_feature_off(feature_off, name, params_id):
     feature_off.assert_fails(cases.suite, FEATURE_OFF, name, params_id)
+
+
+def test_the_round_trip_check_sees_a_flipped_bit_a_signed_zero_and_a_non_tensor():
+    """The comparison behind the round-trip checks, on what a subtly lossy transport returns:
+    same dtype, shape and device, other bits (which torch.equal can miss: -0.0 == 0.0)."""
+    from suites.rpc.workers import bitwise_diff
+
+    sent = torch.tensor([1.0, -0.0, float("nan"), 3.0])
+    assert bitwise_diff(sent, sent.clone()) == ""
+    flipped = sent.clone()
+    flipped.view(torch.int32)[3] ^= 1  # the lowest mantissa bit of 3.0
+    assert bitwise_diff(sent, flipped) == "1 of 16 bytes differ"
+    unsigned = torch.tensor([1.0, 0.0, float("nan"), 3.0])
+    assert torch.equal(sent.nan_to_num(), unsigned.nan_to_num())
+    assert bitwise_diff(sent, unsigned) == "1 of 16 bytes differ"
+    assert bitwise_diff(sent, sent.tolist()) == "got list"
+    assert bitwise_diff(sent, sent.double()) == "dtype torch.float32 came back as torch.float64"
