@@ -301,3 +301,21 @@ def test_netns_check_matches_the_shaped_rate_and_listens_only_on_its_interfaces(
                                          or ipaddress.ip_address(x[0]) in allowed))
     assert len({port for _, port, _ in seen}) >= 4, seen
     assert off == [], f"listeners off the namespaces' addresses: {off}"
+
+
+def test_node_0_says_which_cases_stay_on_one_host_and_refuses_bad_run_arguments(capsys):
+    """Node 0's `run` across hosts, before anything launches: the cases that run on one host
+    only are left out, each said on one line; a bad `run` argument is one line and status 2."""
+    import torch.distributed as dist
+
+    from harness.commands import run
+
+    hosts = [nodes.Node(r, "host", "lo", launch.LOOPBACK) for r in (0, 1)]
+    cluster = nodes.Cluster(dist.HashStore(), hosts[0], hosts)
+    assert run.run_across_hosts(["--suite", "rpc", "--dry-run"], cluster) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err and all(line.startswith("across 2 hosts: left out rpc/") for line in err), err
+    assert any("clean_exit" in line for line in err)
+    assert run.run_across_hosts(["--suite", "rpc", "--case", "nope"], cluster) == 2
+    assert capsys.readouterr().err == ("release-bench: error: nothing to run: no case matches "
+                                       "the given suite, case, skip and device\n")
