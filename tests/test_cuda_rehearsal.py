@@ -548,3 +548,37 @@ def test_train_step_on_cuda_with_the_scaler_torch_had_before_2_3(cuda_rehearsal,
     assert type(gradscaler.scaler("cuda")) is torch.cuda.amp.GradScaler
     entry = r.run(amp.suite, "train_step", STEP)
     assert entry.outcome == "pass", entry.reason
+
+
+def test_asvs_gpu_energy_view_reads_the_cases_nvml_telemetry(cuda_rehearsal):
+    """The asv view only a GPU has (AmpEnergy): train_step run as its setup_cache runs each
+    case (NVML sampled), then each track reads the first GPU's figure of the telemetry; a
+    record without it is not available, with the reasons NVML gave."""
+    import dataclasses
+    import itertools
+
+    from harness.adapters import asv_adapter
+    from harness.cases import param_id
+    from suites.amp import asv_bench
+
+    cuda_rehearsal("H200")
+    # the view as asv makes it on a GPU machine (its grid is of the devices found at import)
+    view = type("AmpEnergy", (asv_bench.AmpEnergy,), {"case": "amp/train_step"})
+    case = amp.suite.case("train_step")
+    combo = next(c for c in itertools.product(*view.params)
+                 if dict(zip(view.param_names, c, strict=True)).get("model") == "encoder")
+    assert combo[0] == "cuda"
+    params = next(p for p in case.param_sets("quick", "cuda") if p["model"] == "encoder")
+    entry = asv_adapter.run_case(case, "cuda", {**params, **STEP})
+    assert entry.outcome == "pass", entry.reason
+    entries = {("cuda", param_id(params)): entry}
+    v = view()
+    v.setup(entries, *combo)
+    gpu = entry.telemetry["gpus"][0]
+    assert v.track_energy_per_step(entries, *combo) == gpu["energy_per_iteration_j"] > 0
+    assert v.track_power_mean(entries, *combo) == gpu["power_w_mean"] > 0
+    v.entry = dataclasses.replace(entry, telemetry={"unavailable": {"nvml": "unavailable: "
+                                                                     "Driver Not Loaded"}})
+    with pytest.raises(asv_adapter.NotAvailable, match=r"telemetry has no "
+                       r"energy_per_iteration_j here \(nvml: unavailable: Driver Not Loaded\)"):
+        v.track_energy_per_step(entries, *combo)

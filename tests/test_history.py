@@ -71,6 +71,16 @@ def test_the_registrys_releases_respect_pips_constraints(monkeypatch, tmp_path):
     monkeypatch.setattr(envs.subprocess, "run", fake_run)
     # above the cap, local builds and pre-releases are left out
     assert envs.registry_versions() == ["2.14.1", "2.13.0", "1.13.1"]
+    # a constraints file gone, a line pip would not read as a requirement, a version the
+    # registry lists that is not one: each passed over
+    cap.write_text("-r base.txt\ntorch<=2.14.1  # the cap\n")
+    monkeypatch.setattr(envs, "pip_config", lambda: {
+        "constraint": [str(tmp_path / "gone.txt"), str(cap)]})
+    listed = "Available versions: 2.14.1, 2.14-custom, 1.13.1"
+    assert envs.registry_versions() == ["2.14.1", "1.13.1"]
+    listed = ""  # the registry did not answer
+    with pytest.raises(envs.EnvError, match="the package registry did not list torch"):
+        envs.registry_versions()
 
 
 def test_uv_is_given_pips_constraints_indexes_and_local_folders(monkeypatch):
@@ -207,6 +217,23 @@ def test_the_release_notes_examples_run_in_this_torch_and_break_where_their_api_
                        "torch_profiler_profile_memory": "removed"}, changed
     assert "GradScaler" in gone["autocast_and_amp_gradscaler"]["reason"]
     assert "profile" in gone["torch_profiler_profile_memory"]["reason"]
+
+
+def test_an_environment_whose_examples_cannot_run_or_a_record_not_json_is_one_line(tmp_path):
+    from harness.comparing.campaign import CampaignError
+    from harness.releases import history
+
+    broken = tmp_path / "python"
+    broken.write_text("#!/bin/sh\necho 'ImportError: libtorch_cpu.so: cannot open shared "
+                      "object file' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    with pytest.raises(CampaignError, match=r"python: the release-notes examples did not run "
+                                            r"\(ImportError: libtorch_cpu.so: cannot open"):
+        history.api_record(broken, ["amp"])
+    (tmp_path / "torch-2.4.0.json").write_text('{"schema": ')
+    with pytest.raises(CampaignError, match=r"torch-2.4.0.json: not a history record "
+                                            r"\(Expecting value"):
+        history.read(tmp_path)
 
 
 # ---------------------------------------------------------------- history

@@ -53,6 +53,28 @@ def test_a_build_is_dated_by_its_version_or_the_registrys_upload():
     assert ledger.build_date("2.14.0", ask_registry=False)[1] is DateSource.FIRST_SEEN
 
 
+def test_a_build_is_dated_by_the_first_index_of_pips_that_lists_its_upload(tmp_path,
+                                                                            monkeypatch):
+    """pip's indexes in order, served on loopback: a local folder's (no upload times) and an
+    index that is not JSON are passed over; the JSON index's upload time dates the build."""
+    html = tmp_path / "html" / "torch"
+    html.mkdir(parents=True)
+    (html / "index.html").write_text("<html><a href='torch-2.10.0.whl'>torch</a></html>")
+    pep691 = tmp_path / "json" / "torch"
+    pep691.mkdir(parents=True)
+    (pep691 / "index.html").write_text(json.dumps({"files": [
+        {"filename": "torch-2.10.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+         "upload-time": "2026-01-21T16:04:00.000Z"}]}))
+    with served(tmp_path) as url:
+        monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # this machine's own indexes: none
+        monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "html").as_uri())
+        monkeypatch.setenv("PIP_EXTRA_INDEX_URL", f"{url}/html {url}/json")
+        assert ledger.build_date("2.10.0+cu128", ask_registry=True) == (
+            "2026-01-21T16:04:00Z", DateSource.REGISTRY)
+        # a version no index lists: dated when first seen
+        assert ledger.build_date("2.10.9", ask_registry=True)[1] is DateSource.FIRST_SEEN
+
+
 def test_the_ledger_has_one_commit_per_build_dated_by_the_build(tmp_path):
     book = Ledger(tmp_path / "ledger")
     first = book.commit(_build("2.10.0", "2026-01-21T16:04:00Z", "aaa"))

@@ -91,6 +91,25 @@ def test_a_figure_comes_out_empty_when_its_metric_is_renamed():
     assert scaling(entries) is None  # which the test above reports as an empty figure
 
 
+def test_a_run_without_a_suites_cases_draws_none_of_its_figures():
+    for name in registry.suite_names():
+        for fn in registry.figures(name):
+            assert fn([]) is None, f"{name}: {fn.__name__} drew a figure of nothing"
+
+
+def test_figures_read_labels_as_version_1_records_packed_them_into_the_name():
+    run = records.read_run(REFERENCE)
+    entry = dataclasses.replace(run.results[0], metrics=(
+        records.Metric("speedup[mode=bf16]", 1.5, "x", kind="ratio"),
+        records.Metric("speedup[fp16]", 1.25, "x", kind="ratio"),
+        records.Metric("speedup", None, "x", kind="ratio", labels={"mode": "tf32"}),
+        records.Metric("speedup", 1.1, "x", kind="ratio", labels={"mode": "fp32"})))
+    got = figures.by_label(entry, "speedup", "mode")
+    assert {k: m.value for k, m in got.items()} == {"bf16": 1.5, "fp16": 1.25, "fp32": 1.1}
+    # a fixed label narrows to version-2 metrics, which carry their labels
+    assert list(figures.by_label(entry, "speedup", "mode", mode="fp32")) == ["fp32"]
+
+
 def test_build_leaves_the_runs_alone_and_escapes_what_they_say():
     run = records.read_run(REFERENCE)
     hostile = "rpc'><script>alert(1)</script>"
