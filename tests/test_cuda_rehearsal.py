@@ -582,3 +582,36 @@ def test_asvs_gpu_energy_view_reads_the_cases_nvml_telemetry(cuda_rehearsal):
     with pytest.raises(asv_adapter.NotAvailable, match=r"telemetry has no "
                        r"energy_per_iteration_j here \(nvml: unavailable: Driver Not Loaded\)"):
         v.track_energy_per_step(entries, *combo)
+
+
+def test_the_release_notes_examples_take_their_cuda_branch_on_the_rehearsed_gpu(tmp_path):
+    """The examples that ask torch.cuda.is_available() (the release history runs them on a
+    GPU machine too): on the rehearsed H200 the AMP ones train on "cuda" in float16 and the
+    profiler's records CUDA activity; with autocast off, the CUDA AMP examples fail."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "planted"))
+    from wrap import planted_python
+
+    root = Path(__file__).resolve().parent.parent
+
+    def record(plant: str) -> dict:
+        out = subprocess.run([str(planted_python(tmp_path / plant, plant)), "-m",
+                              "harness.releases.api_record", "amp", "profiler"], cwd=root,
+                             capture_output=True, text=True, timeout=300,
+                             env=os.environ | {"PYTHONPATH": str(root)})
+        assert out.returncode == 0, out.stderr
+        return {r["example"]: r for r in map(json.loads, out.stdout.splitlines())}
+
+    on_gpu = record("cuda=H200")
+    for name in ("cuda_amp_autocast_and_gradscaler", "autocast_and_amp_gradscaler",
+                 "torch_profiler_profile_memory", "autograd_profiler_profile_memory"):
+        assert on_gpu[name]["status"] in ("works", "warns"), on_gpu[name]
+    off = record("cuda=H200,off=autocast")
+    for name in ("cuda_amp_autocast_and_gradscaler", "autocast_and_amp_gradscaler"):
+        assert off[name]["status"] == "fails", off[name]
+        assert off[name]["reason"] == "AssertionError: the linear layer gave torch.float32"
