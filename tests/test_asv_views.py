@@ -183,6 +183,32 @@ def test_a_figure_view_finds_each_figure_in_a_real_run_with_its_unit(view):
             assert unit == m.unit, (view.__name__, track, unit, m.unit)
 
 
+def test_a_figure_views_setup_cache_runs_its_case_and_each_track_reads_that_run():
+    """What `asv run` does with a figure view, here in one process: setup_cache runs the case
+    once on every device here (as `release-bench run` would, telemetry included), and every
+    benchmark of the view reads its figure from that run."""
+    view = DISCOVERED["profiler.asv_bench.ProfilerMemoryError.track_max_abs_error"].func.__self__
+    view = type(view)
+    cache = view().setup_cache()
+    assert {device for device, _ in cache} == {"cpu"} and len(cache) == 1
+    (entry,) = cache.values()
+    assert entry.outcome == "pass" and entry.telemetry["samples"] > 0
+    for combo in _combinations(view):
+        v = view()
+        v.setup(cache, *combo)
+        api = dict(zip(view.param_names, combo, strict=True))["api"]
+        (m,) = [m for m in entry.metrics if m.name == "max_abs_error" and m.labels["api"] == api]
+        assert v.track_max_abs_error(cache, *combo) == m.value == 0  # exact, on the CPU
+    # a case that errored, or did not run, has no figures to track: asv marks it n/a
+    (key,) = cache
+    errored = {key: dataclasses.replace(entry, outcome="error", reason="worker died")}
+    with pytest.raises(asv.NotAvailable, match="profiler/known_allocations on cpu: error: "
+                                               "worker died"):
+        view().setup(errored, *_combinations(view)[0])
+    with pytest.raises(asv.NotAvailable, match="on cpu: not run"):
+        view().setup({}, *_combinations(view)[0])
+
+
 def test_a_renamed_metric_or_a_label_never_recorded_fails_the_view():
     entries = {k: dataclasses.replace(e, metrics=tuple(
         dataclasses.replace(m, name="speedup_renamed") if m.name == "speedup" else m
