@@ -118,6 +118,30 @@ def test_an_entry_applies_only_where_its_conditions_hold():
     assert expectations.judge_result(failing, MACHINE, entries).status == "expected-fail"
 
 
+def test_an_error_is_not_the_failure_an_entry_expects_and_a_flaky_defects_pass_is_green():
+    entries = expectations.parse(_abort())
+    j = expectations.judge_result(_entry(outcome="error", reason="worker died"), MACHINE,
+                                  entries)
+    assert (j.status, j.why) == ("unexpected-fail", "error, where the entry expects fail")
+    flaky = expectations.parse(_abort().replace('outcome = ["fail"]',
+                                                'outcome = ["fail", "pass"]'))
+    j = expectations.judge_result(_entry(outcome="pass"), MACHINE, flaky)
+    assert (j.status, j.why) == ("pass", "")
+    # a torch whose version cannot be read is not one the entry's range names
+    unknown = {**MACHINE, "torch": {"version": "main-nightly"}}
+    failing = _entry(failures=["terminate called without an active exception"])
+    assert expectations.judge_result(failing, unknown, entries).status == "unexpected-fail"
+
+
+def test_a_rate_range_for_every_label_applies_where_none_names_the_figures_label():
+    entries = expectations.parse(ABORT.replace(
+        "rate = { release_notes = [RELEASE_NOTES], chains = [CHAINS] }", "rate = [0.3, 0.9]"))
+    failures = ["x: terminate called without an active exception"]
+    above = _entry(failures=failures, rates={"release_notes": (100, 100)})
+    j = expectations.judge_result(above, MACHINE, entries)
+    assert j.status == "unexpected-fail" and "(expected 30%-90%)" in j.why, j.why
+
+
 @pytest.mark.parametrize("text, says", [
     ('[[expect]]\ncase = "a/b"\noutcome = "fail"\n', "`issue` must be the URL"),
     (f'[[expect]]\ncase = "a/b"\noutcome = "fail"\nissue = "{expectations.PLACEHOLDER_ISSUE}"\n',
