@@ -57,3 +57,50 @@ def test_a_payload_is_whole_float32_elements():
     for nbytes in (0, 6):
         with pytest.raises(ValueError, match=f"positive multiple of 4 bytes, not {nbytes}"):
             caller.Caller("cpu").payload(nbytes)
+
+
+def gloo_echo_worker(rank: int, world: int) -> list:
+    """Rank 1 serves the Gloo floor's echo (as rank 0 asks it to through RPC in the suite;
+    here called directly); rank 0 sends two messages and reads each back, then the echo is
+    stopped as GlooPingPong.close stops it: the flag set, one last message to wake it."""
+    import torch
+    import torch.distributed as dist
+
+    from suites.rpc import remote
+
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        if rank == 1:
+            remote.start_gloo_echo(4, client=0)
+            try:
+                remote.start_gloo_echo(4, client=0)
+            except RuntimeError as e:
+                refused = str(e)
+        dist.barrier()  # the echo is up
+        got = []
+        if rank == 0:
+            for value in (1.0, 2.0):
+                y = torch.empty(4)
+                dist.send(torch.full((4,), value), dst=1)
+                dist.recv(y, src=1)
+                got.append(y.tolist())
+        dist.barrier()  # the messages went both ways
+        if rank == 1:
+            remote.stop_gloo_echo()
+        dist.barrier()  # the flag is set
+        if rank == 0:
+            dist.send(torch.zeros(4), dst=1)  # wakes the loop, which sees the flag
+            return got
+        return [refused, remote.join_gloo_echo(30.0)]
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.distributed
+def test_the_gloo_echo_answers_each_message_and_stops_when_asked():
+    """The Gloo floor's callee in two processes on loopback."""
+    from harness.running.launch import launch
+
+    echoed, (refused, stopped) = launch(gloo_echo_worker, 2, timeout_s=120)
+    assert echoed == [[1.0] * 4, [2.0] * 4]
+    assert refused == "a Gloo echo is already running" and stopped is True
