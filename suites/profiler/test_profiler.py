@@ -120,3 +120,29 @@ def test_device_durations_read_the_spin_kernels_in_order() -> None:
     prof = SimpleNamespace(function_events=events)
     assert cases._device_durations(prof, "profiler", ["5 ms", "20 ms"]) == [0.005, 0.02]
     assert cases._device_durations(prof, "legacy", ["5 ms", "20 ms"]) == [0.004, 0.019]
+
+
+@pytest.mark.parametrize(("errors", "outcome", "sessions"), [
+    ([0.01, 0.012, 0.011], "pass", 3),  # inside 5% after the first sessions: no more
+    ([0.20, 0.21, 0.19], "fail", 3),  # past it: no more either
+    ([0.02, 0.08] * 5, "inconclusive", 9),  # across it: further sessions, up to the cap
+], ids=["inside", "past", "across"])
+def test_timing_accuracy_takes_further_sessions_only_while_undecided(monkeypatch, errors,
+                                                                     outcome, sessions):
+    """The verdict's rule, on sessions of set errors: pass when the interval over the
+    sessions lies inside the tolerance, fail past it, and further sessions (up to the cap)
+    while it reaches across; inconclusive if it still does then."""
+    from harness.running.runner import execute
+
+    taken: dict[str, int] = {}  # sessions per profiler API, each given the same errors
+
+    def session(api, device, durations):
+        e = errors[taken.setdefault(api, 0)]
+        taken[api] += 1
+        return cases.TimedSession({cases.region_label(d): e for d in durations}, 0.0, 0.0)
+
+    monkeypatch.setattr(cases, "_timed_session", session)
+    entry = execute(suite.case("timing_accuracy"), "cpu", {}, "quick")
+    assert entry.outcome == outcome, entry.reason
+    counts = [m.value for m in entry.metrics if m.name == "sessions"]
+    assert counts and set(counts) == {sessions}
