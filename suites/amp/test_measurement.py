@@ -142,3 +142,22 @@ def test_the_measured_peak_keeps_the_samples_of_the_size_that_reached_it():
         top = max(sizes, key=lambda m: m.value)
         assert peak.value == pytest.approx(top.value)
         assert peak.samples == top.samples and peak.count == top.count
+
+
+def test_the_proof_that_autocast_engaged_needs_a_layer_autocast_casts():
+    x = torch.randn(2, 4)
+    assert training.first_layer_dtype(torch.nn.Linear(4, 2), x, torch.bfloat16) == \
+        torch.bfloat16
+    assert training.first_layer_dtype(torch.nn.Linear(4, 2), x, None) == torch.float32
+    with pytest.raises(ValueError, match="ReLU ran no linear or convolution layer"):
+        training.first_layer_dtype(torch.nn.ReLU(), x, torch.bfloat16)
+
+
+def test_a_torchvision_model_without_torchvision_is_skipped_with_the_reason(monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torchvision" else find_spec(name, *a))
+    entry = runner.execute(cases.suite.case("train_step"), "cpu", {"model": "resnet18"}, "quick")
+    assert (entry.outcome, entry.reason) == ("skip", "torchvision is not installed")
