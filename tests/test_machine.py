@@ -37,3 +37,52 @@ def test_machine_name_is_a_stable_slug():
     assert name == machine.machine_name()
     if not torch.cuda.is_available():
         assert name.endswith(f"-{os.cpu_count()}c")
+
+
+def test_the_nvidia_driver_is_read_from_the_kernel_modules_version_line(monkeypatch):
+    """/proc/driver/nvidia/version as the proprietary and the open kernel modules write it
+    (what a GPU machine's fingerprint reads); no file: no driver."""
+    import io
+
+    lines = {
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Fri Jan 24 19:55:31 UTC "
+        "2025\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n": "570.86.15",
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build  "
+        "(dvs-builder@U16-I3-B03-4-3)  Sun Jul 27 06:54:38 UTC 2025\n": "580.65.06",
+        "NVRM version: something else entirely\n": None,
+    }
+    for text, version in lines.items():
+        monkeypatch.setattr(machine, "open", lambda path, text=text: io.StringIO(text),
+                            raising=False)
+        assert machine._nvidia_driver() == version
+
+    def absent(path):
+        raise FileNotFoundError(2, "No such file or directory", path)
+
+    monkeypatch.setattr(machine, "open", absent, raising=False)
+    assert machine._nvidia_driver() is None
+
+
+def test_a_machine_without_cpuinfo_git_or_torch_backends_cpu_is_still_fingerprinted(
+        monkeypatch):
+    from pathlib import Path
+
+    real = Path.read_text
+
+    def no_cpuinfo(path, *args, **kwargs):
+        if str(path) == "/proc/cpuinfo":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, *args, **kwargs)
+
+    def no_git(*args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory: 'git'")
+
+    monkeypatch.setattr(Path, "read_text", no_cpuinfo)
+    model, flags = machine._cpuinfo()
+    assert model and flags == set()  # platform's name for the processor, no flags
+    monkeypatch.setattr(machine.subprocess, "run", no_git)
+    assert machine.project_commit() == {"commit": None, "dirty": None}
+    # before torch 2.0 the capability was only in the build's configuration text
+    monkeypatch.delattr(torch.backends, "cpu")
+    assert machine.cpu_capability() == re.search(r"CPU capability usage:\s*(\S+)",
+                                                 torch.__config__.show())[1]
