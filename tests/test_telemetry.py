@@ -375,3 +375,21 @@ def test_steal_read_for_real():
         time.sleep(0.3)
     steal = s.summary()["host"]["cpu_steal_pct"]
     assert steal is None or 0 <= steal <= 100
+
+
+def test_a_kernel_without_cpu_frequency_or_affinity_is_a_reason_not_a_crash(monkeypatch):
+    import psutil
+
+    def no_affinity(self, *args):
+        raise psutil.AccessDenied(self.pid)
+
+    monkeypatch.setattr(psutil, "cpu_freq", lambda percpu=False: [])
+    monkeypatch.setattr(psutil.Process, "cpu_affinity", no_affinity)
+    host = HostReader()
+    assert host.unavailable["cpu_freq"] == "unavailable: the kernel reports no CPU frequency"
+    assert host._cpus(4) == [0, 1, 2, 3]  # no affinity known: every CPU counts
+    with Sampler(host, None, interval_s=0.02) as s:
+        time.sleep(0.1)
+    summary = s.summary()
+    assert "cpu_freq_mhz_min" not in summary["host"]
+    assert summary["unavailable"]["cpu_freq"].startswith("unavailable: the kernel")
