@@ -20,9 +20,12 @@ bench: $(STAMP)
 	$(BIN)/release-bench run --profile quick; status=$$?; \
 	$(BIN)/release-bench report && exit $$status
 
-# the browser tests of the HTML pages need Debian's chromium (installed here if missing)
+# the browser tests of the HTML pages need Debian's chromium (installed here if missing), and
+# asv's dashboard the scripts it loads (fetched once into .asv/vendor: the tests download
+# nothing)
 test: $(STAMP)
 	@scripts/ensure-chromium.sh
+	$(BIN)/release-bench asv-vendor
 	$(BIN)/pytest
 
 report: $(STAMP)

@@ -218,3 +218,27 @@ def test_asv_compare_flags_the_planted_slowdown_and_publishes_a_working_dashboar
     assert page.counts[".benchmark-container"] == 2
     assert graph.counts["#main-graph canvas"] >= 1  # flot drew the time_planted history
     assert page.screenshot.exists() and graph.screenshot.exists()
+
+
+def test_the_dashboard_is_vendored_from_the_cache_and_a_missing_package_is_said(tmp_path):
+    """asv's page loads its scripts from CDNs; publish points each at a copy from the cache
+    (`release-bench asv-vendor` fills it; the tests download nothing). A package missing
+    from the cache leaves its CDN link, and says so in one line."""
+    import os
+
+    from harness.presenting import asv_dashboard
+
+    cdn = "https://cdnjs.cloudflare.com/ajax/libs/jquery/3.3.1/jquery-3.3.1.min.js"
+    html = tmp_path / "html"
+    html.mkdir()
+    page = f'<html><head><script src="{cdn}" integrity="sha512-cdn"></script></head></html>'
+    (html / "index.html").write_text(page)
+    assert os.environ[asv_dashboard.NO_DOWNLOAD_ENV]  # set for every test (conftest.py)
+    (problem,) = asv_dashboard.vendor_dashboard(html, tmp_path / "empty-cache")
+    assert problem.startswith(f"{cdn}: not vendored (OSError: jquery-3.3.1.tgz is not in ")
+    assert (html / "index.html").read_text() == page
+    assert asv_dashboard.vendor_dashboard(html) == []  # the cache `make test` filled
+    vendored = (html / "index.html").read_text()
+    assert 'src="vendor/jquery/dist/jquery.min.js"' in vendored and cdn not in vendored
+    assert 'integrity="sha512-cdn"' not in vendored
+    assert (html / "vendor" / "jquery" / "dist" / "jquery.min.js").stat().st_size > 50_000

@@ -2,7 +2,10 @@
 
 asv's pages load jQuery, flot, bootstrap and friends from CDNs, so they stay blank on a
 machine without internet (a GPU runner, this kind of sandbox). `publish` serves the same files
-from the html folder, taken from the npm registry once and cached in .asv/vendor.
+from the html folder, taken from the npm registry once and cached in .asv/vendor (or
+$RELEASE_BENCH_VENDOR_CACHE). `release-bench asv-vendor` fills the cache ahead of time; with
+$RELEASE_BENCH_NO_DOWNLOAD set (the test suite sets it: its traffic stays on loopback), a
+package missing from the cache is not vendored instead of downloaded.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import base64
 import hashlib
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -35,11 +39,21 @@ CDN_FILES: dict[str, tuple[str, str, str]] = {  # URL file name -> (npm package,
 }
 EXTRA_FILES = {("bootstrap", "3.1.1"): "dist/fonts/"}  # what bootstrap.min.css refers to
 NPM_REGISTRY = "https://registry.npmjs.org"
+VENDOR_CACHE_ENV = "RELEASE_BENCH_VENDOR_CACHE"
+NO_DOWNLOAD_ENV = "RELEASE_BENCH_NO_DOWNLOAD"
+
+
+def vendor_cache() -> Path:
+    """Where the npm packages are kept: $RELEASE_BENCH_VENDOR_CACHE, else .asv/vendor here."""
+    return Path(os.environ.get(VENDOR_CACHE_ENV) or ".asv/vendor")
 
 
 def _npm_tarball(name: str, version: str, cache: Path) -> tarfile.TarFile:
     path = cache / f"{name}-{version}.tgz"
     if not path.exists():
+        if os.environ.get(NO_DOWNLOAD_ENV):
+            raise OSError(f"{path.name} is not in {cache} and {NO_DOWNLOAD_ENV} is set "
+                          "(release-bench asv-vendor fills the cache)")
         url = f"{NPM_REGISTRY}/{name}/-/{name}-{version}.tgz"
         with urllib.request.urlopen(url, timeout=60) as r:
             data = r.read()
@@ -48,12 +62,26 @@ def _npm_tarball(name: str, version: str, cache: Path) -> tarfile.TarFile:
     return tarfile.open(fileobj=io.BytesIO(path.read_bytes()), mode="r:gz")
 
 
-def vendor_dashboard(html_dir: str | Path, cache: str | Path = ".asv/vendor") -> list[str]:
-    """Point asv's index.html at local copies of its CDN dependencies.
+def fetch(cache: Path | None = None) -> list[str]:
+    """Download each npm package the dashboard needs into the cache (`vendor_cache()`), where
+    it is not there yet; one line per package that could not be had."""
+    cache = cache or vendor_cache()
+    problems = []
+    for name, version in sorted({(name, version) for name, version, _ in CDN_FILES.values()}):
+        try:
+            _npm_tarball(name, version, cache)
+        except Exception as e:  # offline, registry down: said, the others still fetched
+            problems.append(f"{name} {version}: {type(e).__name__}: {e}")
+    return problems
+
+
+def vendor_dashboard(html_dir: str | Path, cache: str | Path | None = None) -> list[str]:
+    """Point asv's index.html at local copies of its CDN dependencies (from `cache`, by
+    default `vendor_cache()`).
 
     Returns one line per dependency that could not be made local (the page then still needs
     internet for it)."""
-    html_dir, cache = Path(html_dir), Path(cache)
+    html_dir, cache = Path(html_dir), Path(cache) if cache else vendor_cache()
     index = html_dir / "index.html"
     page = index.read_text()
     problems = []
