@@ -68,8 +68,16 @@ def test_a_half_built_environment_is_never_listed_or_used(tmp_path):
     assert "no environment for torch 2.13.0" in _one_error_line(used)
 
 
-def test_an_unknown_version_is_one_line_and_leaves_nothing(tmp_path):
+def test_an_unknown_version_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
     envs = tmp_path / "envs"
+    # the registry pip is given: a local index of two torch releases (no test goes online)
+    index = tmp_path / "simple" / "torch"
+    index.mkdir(parents=True)
+    index.joinpath("index.html").write_text("<html><body>" + "".join(
+        f'<a href="torch-{v}-cp311-cp311-manylinux_2_28_x86_64.whl">torch-{v}</a>'
+        for v in ("2.13.0", TORCH)) + "</body></html>")
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", index.parent.as_uri())
     unknown = _rb("env", "create", "0.0.1", envs=envs)  # asks the registry, which has no such torch
     assert "torch 0.0.1 is not on the package registry" in _one_error_line(unknown)
     assert not (envs / "torch-0.0.1").exists()
