@@ -242,3 +242,18 @@ def test_the_dashboard_is_vendored_from_the_cache_and_a_missing_package_is_said(
     assert 'src="vendor/jquery/dist/jquery.min.js"' in vendored and cdn not in vendored
     assert 'integrity="sha512-cdn"' not in vendored
     assert (html / "vendor" / "jquery" / "dist" / "jquery.min.js").stat().st_size > 50_000
+
+
+def test_asv_vendor_fills_the_cache_or_says_what_it_could_not_fetch(tmp_path, monkeypatch,
+                                                                   capsys):
+    from harness import cli
+    from harness.presenting import asv_dashboard
+
+    assert cli.main(["asv-vendor"]) == 0  # the cache `make test` filled: nothing to fetch
+    assert capsys.readouterr().out.startswith("asv dashboard scripts: in ")
+    monkeypatch.setenv(asv_dashboard.VENDOR_CACHE_ENV, str(tmp_path / "empty"))
+    assert cli.main(["asv-vendor"]) == 1  # downloads are off in the tests
+    lines = capsys.readouterr().err.splitlines()
+    packages = {(n, v) for n, v, _ in asv_dashboard.CDN_FILES.values()}
+    assert len(lines) == len(packages) and all(
+        line.startswith("release-bench: asv-vendor: ") and "is not in" in line for line in lines)
