@@ -34,9 +34,9 @@ def test_the_tcp_echo_answers_whole_messages_only_and_ends_at_eof():
 
     from suites.rpc import remote
 
-    threads = set(threading.enumerate())
+    before = set(threading.enumerate())
     addr, port = remote.start_tcp_echo(8)
-    (echo,) = set(threading.enumerate()) - threads
+    (echo,) = [t for t in threading.enumerate() if t.name == "tcp-echo" and t not in before]
     with socket.create_connection((addr, port), timeout=10) as client:
         client.sendall(b"1234")
         client.settimeout(0.2)
