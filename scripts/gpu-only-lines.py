@@ -49,7 +49,11 @@ def run_coverage(pytest_args: list[str], data: Path, tmp: Path, append: bool = F
                   # workers: launch's spawned processes, and programs run as subprocesses
                   f"concurrency = multiprocessing, thread\npatch = subprocess\n"
                   f"data_file = {data}\n")
-    env = {**os.environ, "COVERAGE_RCFILE": str(rc)}
+    # run inside a process coverage.py already measures (this script's own test, under this
+    # script), the outer run's settings must not reach these processes: `combine` would then
+    # merge the outer run's data, and the outer run's last combine replace it
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_")}
+    env["COVERAGE_RCFILE"] = str(rc)
     status = subprocess.call([sys.executable, "-m", "coverage", "run", "-m", "pytest",
                               "-p", "no:cacheprovider", *pytest_args], cwd=ROOT, env=env)
     subprocess.check_call([sys.executable, "-m", "coverage", "combine", "-q",
