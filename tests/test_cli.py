@@ -325,3 +325,28 @@ def test_ctrl_c_outside_a_run_is_one_line_and_exit_130(monkeypatch, capsys):
                         dataclasses.replace(cli.COMMANDS["compare"], main=interrupted))
     assert cli.main(["compare", "a.json", "b.json"]) == 130
     assert capsys.readouterr().err == "release-bench: interrupted\n"
+
+
+def test_option_values_read_as_json_or_as_a_bare_word_and_seconds_as_a_number():
+    from harness.commands import common
+
+    assert common.param("trials=20") == ("trials", 20)
+    assert common.param("model=resnet18") == ("model", "resnet18")  # not JSON: a string
+    assert common.param('sizes=[64, 128]') == ("sizes", [64, 128])
+    assert common.positive_float("0.25") == 0.25
+
+
+def test_asv_machine_registers_this_machine_under_home_and_prints_its_name(
+        monkeypatch, tmp_path, capsys):
+    """`release-bench asv-machine` (as `make asv` calls it): the name `asv run --machine`
+    takes, registered in asv's machine file under HOME."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    shutil.copy(ROOT / "asv.conf.json", tmp_path)  # asv reads its configuration here
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["asv-machine"]) == 0
+    name = capsys.readouterr().out.strip()
+    machines = json.loads((tmp_path / ".asv-machine.json").read_text())
+    assert name in machines and machines[name]["machine"] == name
+    fingerprint = json.loads((tmp_path / "results" / "asv" / f"{name}.fingerprint.json")
+                             .read_text())
+    assert fingerprint["machine"]["name"] == name
