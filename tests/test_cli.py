@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import re
 import shutil
@@ -14,6 +16,8 @@ import torch
 
 from harness import cli, records
 from harness.cases import PROFILES
+from harness.commands import common
+from harness.commands.common import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
 EXE = shutil.which("release-bench") or str(Path(sys.executable).parent / "release-bench")
@@ -271,11 +275,6 @@ def test_show_of_an_ab_folder_counts_every_verdict(tmp_path):
 def test_a_calibration_of_other_hardware_or_another_design_is_refused_in_one_line():
     """--calibration FILE judges only comparisons of the hardware and the design it
     calibrated: anything else would take another machine's noise for this one's."""
-    import argparse
-
-    from harness.commands import common
-    from harness.commands.common import UsageError
-
     spec = str(ROOT / "results" / "calibration" / "intel-xeon-2c.bursts.json")
     calibrated = json.loads(Path(spec).read_text())["machine"]
     args = argparse.Namespace(calibration=spec, duet=False, bursts=True)
@@ -319,8 +318,6 @@ def test_ctrl_c_outside_a_run_is_one_line_and_exit_130(monkeypatch, capsys):
     def interrupted(args):
         raise KeyboardInterrupt
 
-    import dataclasses
-
     monkeypatch.setitem(cli.COMMANDS, "compare",
                         dataclasses.replace(cli.COMMANDS["compare"], main=interrupted))
     assert cli.main(["compare", "a.json", "b.json"]) == 130
@@ -328,8 +325,6 @@ def test_ctrl_c_outside_a_run_is_one_line_and_exit_130(monkeypatch, capsys):
 
 
 def test_option_values_read_as_json_or_as_a_bare_word_and_seconds_as_a_number():
-    from harness.commands import common
-
     assert common.param("trials=20") == ("trials", 20)
     assert common.param("model=resnet18") == ("model", "resnet18")  # not JSON: a string
     assert common.param('sizes=[64, 128]') == ("sizes", [64, 128])

@@ -591,11 +591,9 @@ def test_the_release_notes_examples_take_their_cuda_branch_on_the_rehearsed_gpu(
     import json
     import os
     import subprocess
-    import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parent / "planted"))
-    from wrap import planted_python
+    from tests.planted.wrap import planted_python
 
     root = Path(__file__).resolve().parent.parent
 

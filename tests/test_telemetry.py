@@ -187,23 +187,20 @@ def test_series_are_downsampled_for_the_record():
     assert summ["samples"] > 10 and len(summ["series"]["t_s"]) == 10
 
 
+def _rapl_zone(root, energy_uj: str = "1000\n", range_uj: str = "262143328850\n"):
+    zone = root / "intel-rapl:0"
+    zone.mkdir(parents=True)
+    (zone / "max_energy_range_uj").write_text(range_uj)
+    (zone / "energy_uj").write_text(energy_uj)
+    return zone
+
+
 def test_rapl_unreadable_or_absent(tmp_path):
     assert Rapl(tmp_path / "none").error.startswith("unavailable: no RAPL")
-    zone = tmp_path / "intel-rapl:0"
-    zone.mkdir()
-    (zone / "max_energy_range_uj").write_text("1000000\n")
-    (zone / "energy_uj").write_text("999000\n")
+    _rapl_zone(tmp_path, "999000\n", "1000000\n")
     r = Rapl(tmp_path)
     assert r.error is None
     assert r.delta_j([999_000], [1_000]) == pytest.approx(0.002)  # wrapped around
-
-
-def _rapl_zone(root, energy_uj: str = "1000\n"):
-    zone = root / "intel-rapl:0"
-    zone.mkdir(parents=True)
-    (zone / "max_energy_range_uj").write_text("262143328850\n")
-    (zone / "energy_uj").write_text(energy_uj)
-    return zone
 
 
 def test_rapl_that_needs_root_or_reads_garbage_or_goes_away_is_a_reason(tmp_path, monkeypatch):
