@@ -313,3 +313,34 @@ def test_a_merged_matrix_run_is_judged_by_the_signature_of_every_round():
     j = expectations.judge_result(e, MACHINE, entries)
     assert j.status == "unexpected-fail" and "chains: timed out" in j.why
     assert merged.notes[0].startswith("matrix: merged from 3 runs")
+
+
+def test_check_judges_each_run_and_exits_1_exactly_when_something_is_unexpected(tmp_path,
+                                                                                capsys):
+    """`release-bench expectations check RUN...`: the torch of each run, what the file says of
+    it, exit 0 when every failure is the one expected and 1 when one is not; `update` of a
+    run the file already describes changes nothing; a malformed file is one line, exit 2."""
+    from harness import cli
+
+    entries = _file(tmp_path, _abort())
+    known = records.write_run(tmp_path / "known.json", _run_of(_entry(
+        failures=["release_notes: killed by SIGABRT, 'terminate called': terminate called "
+                  "without an active exception"],
+        rates={"release_notes": (14, 20), "chains": (3, 20)})))
+    new = records.write_run(tmp_path / "new.json", _run_of(
+        _entry(reason="check x failed", case="release_notes_example")))
+    assert cli.main(["expectations", "check", str(known), "--file", str(entries)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{known}: torch 2.14.1+cu130"
+    assert out[-1] == f"expectations ({entries}): 1 expected-fail; nothing unexpected"
+    assert cli.main(["expectations", "check", str(known), str(new), "--file", str(entries)]) == 1
+    out, err = capsys.readouterr()
+    assert f"{new}: torch 2.14.1+cu130" in out.splitlines() and out.endswith("; 1 unexpected\n")
+    assert "unexpected-fail: fork_wait/release_notes_example" in err, err
+    assert cli.main(["expectations", "update", str(known), "--file", str(entries)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "expectations.toml: nothing to change"
+    bad = _file(tmp_path, "[[expect]]\ncase = 1\n", "bad.toml")
+    for action in ("check", "update"):
+        assert cli.main(["expectations", action, str(known), "--file", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("release-bench: error: ") and err.count("\n") == 1, err
