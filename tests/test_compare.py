@@ -290,6 +290,33 @@ def test_compare_takes_the_baselines_folder_as_history_and_prints_what_it_can_de
     assert "the spread between runs is unknown" in alone.stdout
 
 
+def test_compare_history_reads_only_this_machines_runs_from_the_folder_it_names(tmp_path,
+                                                                                 capsys):
+    """`compare --history DIR`: the runs of the candidate's machine and profile, read past the
+    files there that are no run and the runs of other machines; a folder without one, or no
+    folder, is one line and exit 2."""
+    from harness import cli
+
+    rng = np.random.default_rng(10)
+    hist = tmp_path / "hist"
+    for i, lv in enumerate([1.0, 1.02, 0.99]):
+        _write(hist, f"2026010{i}T000000Z-quick.json", _run([_metric("t", _samples(rng, lv))]))
+    (hist / "fingerprint.json").write_text('{"not": "a run"}')
+    elsewhere = copy.deepcopy(MACHINE) | {"name": "another-machine"}
+    _write(tmp_path / "others", "20260101T000000Z-quick.json",
+           _run([_metric("t", _samples(rng, 1.0))], machine=elsewhere))
+    base = _write(tmp_path, "a.json", _run([_metric("t", _samples(rng, 1.0))]))
+    cand = _write(tmp_path, "b.json", _run([_metric("t", _samples(rng, 1.0))]))
+    common = [str(base), str(cand), "--calibration", "none", "--history"]
+    assert cli.main(["compare", *common, str(hist)]) == 0
+    assert "history: 3 runs; minimum detectable change" in capsys.readouterr().out
+    for folder, says in ((tmp_path / "others", "no runs of machine"),
+                         (tmp_path / "nowhere", "not a folder of runs")):
+        assert cli.main(["compare", *common, str(folder)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err, err
+
+
 def test_the_history_leaves_out_runs_of_the_same_name_on_other_hardware(tmp_path):
     """A VM keeps its name on a new host CPU: the old host's steady runs must not make a
     figure that differs on this one look like a regression (an A/A here flagged Gloo's

@@ -48,6 +48,33 @@ def fake_release(envs_dir: Path, version: str, plant: str = "") -> Path:
 
 # ---------------------------------------------------------------- environments
 
+def test_env_create_of_a_range_builds_each_release_once_and_sums_the_disk_it_added(
+        monkeypatch, tmp_path, capsys):
+    """`release-bench env create FIRST..LAST`: a release built already is said and left as it
+    is; each other one is built, one line each; the last line sums the disk they added."""
+    monkeypatch.setattr(envs, "ENVS", tmp_path / "envs")
+    monkeypatch.setattr(envs, "registry_versions", lambda: ["2.14.1", "2.13.0", "2.12.1",
+                                                            "2.12.0", "2.11.0"])
+    fake_release(tmp_path / "envs", "2.12.1")
+    built: list[str] = []
+
+    def create(version, **kwargs):
+        built.append(version)
+        return envs.TorchEnv(version=version, path=str(tmp_path / version), torch=version,
+                             torchvision=None, cuda=None, python="3.11.7", built_s=60.0,
+                             disk_bytes=2**31, added_bytes=2**30)
+
+    monkeypatch.setattr(envs, "create", create)
+    assert cli.main(["env", "create", "2.12.0..2.13.0"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert built == ["2.12.0", "2.13.0"]
+    assert out[1] == "torch-2.12.1: built already", out
+    assert out[0].startswith("torch-2.12.0: torch 2.12.0, torchvision none, CUDA none")
+    assert out[0].endswith("built in 60 s, 2.00 GiB of files, 1.00 GiB added to the disk")
+    assert out[-1] == ("3 releases; 2.00 GiB added to the disk in all (files shared between "
+                       "environments counted once)")
+
+
 def test_a_range_names_every_release_between_its_ends_oldest_first():
     served = ["2.14.1", "2.14.0", "2.13.0", "2.12.1", "2.12.0", "2.1.0"]
     assert envs.release_range("2.12.1..2.14.0", served) == ["2.12.1", "2.13.0", "2.14.0"]
@@ -379,6 +406,32 @@ def test_bisect_of_a_figure_follows_the_verdicts_and_never_guesses(monkeypatch, 
     if found:  # binary search: about log2(9) steps of three releases, never all nine
         assert len(measured) <= 4 and len(set(visited)) < len(releases)
         assert res["verdict"] == "regression" and res["factor"] == pytest.approx(1.4)
+
+
+@pytest.mark.parametrize(("levels", "code", "said"), [
+    ((1, 1, 1.4, 1.4), 0, "first release that differs: torch 2.12.1: 1.4x [1.36, 1.44] regression"),
+    ((1, 1, 1, 1), 1, "no release named: neither half changed"),
+])
+def test_bisect_of_a_figure_prints_each_step_and_what_it_found(monkeypatch, tmp_path, capsys,
+                                                               levels, code, said):
+    """`release-bench bisect --metric`: one line per step (each half's verdict), then the
+    release it names, or why none; exit 1 when none; the record beside it."""
+    releases = ["2.11.0", "2.12.0", "2.12.1", "2.13.0"]
+    monkeypatch.setattr(envs, "ENVS", tmp_path / "envs")
+    for version in releases:
+        fake_release(tmp_path / "envs", version)
+    monkeypatch.setattr(bisect.matrix, "matrix",
+                        _fake_matrix(dict(zip(releases, levels, strict=True)), []))
+    monkeypatch.setattr(bisect, "_env", lambda v, *a: None)
+    assert cli.main(["bisect", "2.11.0", "2.13.0", "--case", "amp/gemm_ladder", "--metric",
+                     "time[n=256]", "--no-build", "--out", str(tmp_path / "b")]) == code
+    out = capsys.readouterr().out.splitlines()
+    assert "calibration" in out[0]  # which one: this machine's, or the defaults
+    assert out[1].startswith("step 1 (") and ": 2.11.0 -> 2.12.0: " in out[1], out
+    assert out[-2].startswith(said), out
+    (path,) = (tmp_path / "b").rglob("bisect.json")
+    assert out[-1] == f"the record is {path}"
+    assert json.loads(path.read_text())["found"] == ("2.12.1" if code == 0 else None)
 
 
 def test_bisect_refuses_bad_input_in_one_line(tmp_path, monkeypatch, capsys):
