@@ -93,3 +93,19 @@ def test_ab_flags_a_planted_matmul_slowdown_as_regressions(tmp_path):
     # can move for real (doubled, under load here: autocast-bfloat16 n=256 1.18-1.59x, once
     # flagged as an improvement; n=512 0.68-0.88x, once as a regression). False alarms are
     # the A/A test's to catch (above).
+
+
+def test_judge_of_a_folder_that_is_no_ab_is_one_line(tmp_path, capsys):
+    """`ab --judge DIR`: a folder without ab.json, or whose sides have no stored rounds, is
+    one line and exit 2 (an unknown design in ab.json reads as sequential, and still has no
+    rounds to judge)."""
+    from harness import cli
+
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    (odd / "ab.json").write_text('{"design": {"kind": "sideways"}}')
+    for folder, says in ((tmp_path / "none", "not an ab folder"),
+                         (odd, "no rounds of side A or B in rounds/")):
+        assert cli.main(["ab", "--judge", str(folder), "--calibration", "none"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err, err

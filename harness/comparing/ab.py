@@ -123,8 +123,8 @@ def judge(base: Path, thresholds: dict[str, float] | None = None,
         raise CampaignError(f"{base}: not an ab folder ({e})") from e
     rounds_of = {"A": [], "B": [], **campaign.load_rounds(base)}
     if empty := [side for side, runs in rounds_of.items() if not runs]:
-        raise CampaignError(f"{base}: side {' and '.join(empty)} has no rounds in rounds/ "
-                            "(nothing to judge it by)")
+        raise CampaignError(f"{base}: no rounds of side {' or '.join(empty)} in rounds/ "
+                            "(nothing to judge by)")
     merged = {side: campaign.merge_runs(runs, "ab") for side, runs in rounds_of.items()}
     versions = {side: meta[side]["torch"] for side in merged}
     more = meta.get("more_rounds", {})  # none before benchmarks had rounds of their own
