@@ -144,6 +144,24 @@ def test_calibrate_keeps_the_calibration_of_other_hardware_of_the_same_name(tmp_
     assert path.read_text() == before and not (tmp_path / "work").exists()
 
 
+def test_calibrate_passes_over_an_unreadable_calibration_and_says_why_its_ab_cannot_run(
+        tmp_path, capsys):
+    """An unreadable file in the calibration's place holds nothing a reader could use: it is
+    no reason to refuse (only other hardware's calibration is); an A/A that cannot start is
+    one line, exit 2, and nothing is written."""
+    from harness import cli
+    from harness.running import machine
+
+    path = calibration.path_for(machine.fingerprint()["name"], tmp_path, "sequential")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{not json")
+    assert cli.main(["calibrate", "--suite", "fork_wait", "--python", str(tmp_path / "none"),
+                     "--out", str(tmp_path), "--work", str(tmp_path / "work")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "calibrate: " in err and "neither a venv folder" in err
+    assert path.read_text() == "{not json" and not (tmp_path / "work").exists()
+
+
 def test_calibrate_runs_an_aa_here_and_writes_the_machines_calibration(tmp_path):
     """A real calibration: an A/A campaign of the profiler's overhead (one live campaign of the
     test suite, so its ab folder is checked here too), and the calibration written from it."""
