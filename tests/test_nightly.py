@@ -92,6 +92,50 @@ def test_the_ledger_has_one_commit_per_build_dated_by_the_build(tmp_path):
         Build("", "2.10.0", "x", "2026-01-01T00:00:00Z", DateSource.REGISTRY)
 
 
+def test_a_build_that_cannot_say_its_torch_or_an_asv_configuration_that_is_none_is_refused(
+        tmp_path):
+    """The ledger asks each build's Python for torch's identity: a Python that cannot be run,
+    or in which torch does not import, is a LedgerError naming it; so is an asv.conf.json that
+    cannot be read, before the night's asv runs."""
+    unrunnable = tmp_path / "unrunnable"
+    unrunnable.write_text("")  # not executable
+    broken = tmp_path / "broken"
+    broken.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\n"
+                      "exit 1\n")
+    broken.chmod(0o755)
+    with pytest.raises(ledger.LedgerError, match=r"unrunnable: cannot be run \(Permission"):
+        ledger.torch_identity(unrunnable)
+    with pytest.raises(ledger.LedgerError, match=r"broken: torch does not import "
+                                                 r"\(ModuleNotFoundError: No module named"):
+        ledger.torch_identity(broken)
+    assert ledger.torch_identity(Path(sys.executable)) == (torch.__version__,
+                                                          torch.version.git_version)
+    (tmp_path / "asv.conf.json").write_text("{ not json")
+    for conf in (tmp_path / "asv.conf.json", tmp_path / "missing.json"):
+        with pytest.raises(ledger.LedgerError, match="not an asv configuration"):
+            ledger.asv_config(conf, Ledger(tmp_path / "ledger"), tmp_path / "nightly")
+
+
+def test_a_nightly_folder_whose_files_are_not_the_nightlys_is_one_clear_error(tmp_path):
+    """Last night's state, asv's list of benchmarks and asv's regressions, each read back by
+    the next night: a file that is not what the night wrote is a CampaignError naming it;
+    no state at all is the first night."""
+    folder = nightly.Folder(tmp_path / "n")
+    assert folder.last_night() is None
+    folder.state.parent.mkdir(parents=True, exist_ok=True)
+    folder.state.write_text("{ half written")
+    with pytest.raises(nightly.CampaignError, match="state.json: not the nightly's state"):
+        folder.last_night()
+    with pytest.raises(nightly.CampaignError, match="benchmarks.json: asv's benchmarks not "
+                                                    "readable"):
+        nightly.keep_tracked(tmp_path / "no-results")
+    (tmp_path / "html").mkdir()
+    (tmp_path / "html" / "regressions.json").write_text('{"no": "regressions"}')
+    (tmp_path / "html" / "index.json").write_text("{}")
+    with pytest.raises(nightly.CampaignError, match="asv's regressions not readable"):
+        nightly.asv_regressions(tmp_path / "html", {})
+
+
 def test_asvs_step_detection_names_the_build_a_step_came_with(tmp_path):
     """asv, configured by `ledger.asv_config`, files each build's result under its ledger
     commit; asv publish's step detection finds the step at the third build, and the night
