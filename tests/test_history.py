@@ -11,6 +11,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -432,6 +433,27 @@ def test_bisect_of_a_figure_prints_each_step_and_what_it_found(monkeypatch, tmp_
     (path,) = (tmp_path / "b").rglob("bisect.json")
     assert out[-1] == f"the record is {path}"
     assert json.loads(path.read_text())["found"] == ("2.12.1" if code == 0 else None)
+
+
+def test_bisect_names_no_release_when_the_ends_agree_or_the_figure_was_never_recorded(
+        monkeypatch, tmp_path):
+    """An outcome bisect whose two ends give the same outcome and warnings names no release,
+    after two runs and no more; a figure bisect whose runs never recorded the figure is one
+    CampaignError saying where the figures they did record are."""
+    releases = ["2.11.0", "2.12.0", "2.12.1", "2.13.0"]
+    ran: list[str] = []
+    monkeypatch.setattr(bisect, "_env", lambda v, *a: SimpleNamespace(python_path=Path(v)))
+    monkeypatch.setattr(bisect, "_state", lambda v, *a: ran.append(v) or {
+        "fork_wait/eager_fork_is_serial[cpu]": {"outcome": "pass", "warnings": []}})
+    res = bisect.bisect_outcome(releases, None, "fork_wait/eager_fork_is_serial", tmp_path,
+                                lambda s: None)
+    assert res["found"] is None and ran == ["2.11.0", "2.13.0"]
+    assert res["why"] == "torch 2.11.0 and 2.13.0 give the same outcome and warnings"
+    monkeypatch.setattr(bisect.matrix, "matrix", _fake_matrix(dict.fromkeys(releases, 1), []))
+    with pytest.raises(bisect.CampaignError, match=r"amp/gemm_ladder recorded no p50 \(the "
+                                                   r"figures it records are in "):
+        bisect.bisect_metric(releases, None, "amp/gemm_ladder", MetricKey.of("p50"), 5, None,
+                             tmp_path, lambda s: None)
 
 
 def test_bisect_refuses_bad_input_in_one_line(tmp_path, monkeypatch, capsys):
