@@ -303,6 +303,36 @@ def test_netns_check_matches_the_shaped_rate_and_listens_only_on_its_interfaces(
     assert off == [], f"listeners off the namespaces' addresses: {off}"
 
 
+def test_a_node_agent_that_fails_is_said_in_one_line_from_its_logs_last_lines():
+    """torchrun's last lines, read for the one line a user needs: the rendezvous that not all
+    hosts joined, the rendezvous that cannot be reached, the agent's own error line, or where
+    to look."""
+    plan = nodes.HostPlan(2, "198.18.0.1", 29400, "veth0", 30.0, None)
+    why = nodes._why_torchrun_failed
+    assert why(["torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError"], plan) == (
+        "not all 2 hosts joined the rendezvous at 198.18.0.1:29400 within 30 s")
+    for line in ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The "
+                 "connection to the C10d store has failed.",
+                 "torch.distributed.DistNetworkError: The client socket has timed out"):
+        assert why(["Traceback (most recent call last):", line], plan) == (
+            "cannot reach the rendezvous at 198.18.0.1:29400")
+    tail = ["release-bench: node 1: interface 'veth9' does not exist", "exit status 1"]
+    assert why(tail, plan) == "node 1: interface 'veth9' does not exist"
+    assert why(["Segmentation fault"], plan) == "a node agent failed; its log is above"
+
+
+def test_a_node_agent_refuses_to_share_its_host_with_another(monkeypatch, capsys):
+    """torchrun started with --nproc-per-node 2: two agents on one host would both run the
+    host's share; the agent says so in one line and exits 2 before it touches the store."""
+    monkeypatch.setenv(nodes.RDZV_ENV, "127.0.0.1:1")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert nodes.agent_main(["--suite", "rpc"]) == 2
+    assert capsys.readouterr().err == ("release-bench: run one node agent per host "
+                                       "(--nproc-per-node 1)\n")
+
+
 def test_node_0_says_which_cases_stay_on_one_host_and_refuses_bad_run_arguments(capsys):
     """Node 0's `run` across hosts, before anything launches: the cases that run on one host
     only are left out, each said on one line; a bad `run` argument is one line and status 2."""
