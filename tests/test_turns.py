@@ -256,3 +256,19 @@ def test_the_cases_of_several_processes_declare_bursts_and_list_says_so():
     out = subprocess.run([BIN / "release-bench", "list"], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
     assert out.returncode == 0 and out.stdout.count("bursts: yes") == 3, out.stdout
+
+
+def test_a_side_that_gets_no_answer_or_whose_referee_is_gone_gets_one_clear_error():
+    """A side waits for its turn on a blocking read: an answer that never comes ends in a
+    TurnsError after the timeout, never a hang; a line sent to a referee that is gone is a
+    TurnsError, never a SIGPIPE."""
+    import socket
+
+    ours, referees = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with ours:
+        with pytest.raises(turns.TurnsError, match="side A: no answer in 1 s"):
+            turns._read_line(ours, 1.0, "side A")
+        referees.close()
+        assert turns._read_line(ours, 1.0, "side A") == ""  # the referee left: the end
+        with pytest.raises(turns.TurnsError, match="the referee is gone"):
+            turns._send(ours, "done 0")
