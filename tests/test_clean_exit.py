@@ -66,6 +66,7 @@ def test_a_process_left_running_is_counted_and_killed(tmp_path):
              "'import time; time.sleep(600)']); open(sys.argv[1], 'w').write(str(p.pid))")
     (end,) = clean_exit.run_once(["-c", leave, str(pid_file)])
     assert end.status == 0 and end.leftover == 1 and not end.clean
+    assert end.how() == "1 process(es) left running"  # as the check's detail says it
     child = int(pid_file.read_text())
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == "zombie"
 
