@@ -30,6 +30,7 @@ MiB = 1 << 20
     (19 * MiB + MiB // 2, 20 * MiB),  # own 20 MiB segment, 0.5 MiB left: not split
     (104_857_600, 104_857_600),  # 5120x5120 float32: exactly fills its segment
     (108_000_000, 108_000_256),  # segment 109,051,904: 1,051,648 B left > 1 MiB: split
+    (0, 0),  # an empty tensor takes no block
 ])
 def test_cuda_block_rule(nbytes: int, block: int) -> None:
     assert truth.cuda_block_size(nbytes, expandable=False) == block
@@ -41,10 +42,25 @@ def test_cuda_block_rule_expandable_always_splits() -> None:
 
 def test_cuda_block_bounds_allow_an_unsplit_large_block() -> None:
     assert truth.cuda_block_bounds(4000) == (4096, 4096)  # small pool: always split
+    assert truth.cuda_block_bounds(0) == (0, 0)
     assert truth.cuda_block_bounds(4_000_000) == (4_000_256, 4_000_256 + MiB)
     op = truth.OpBytes("op", tensors=[4000, 4_000_000, -4_000_000])
     assert op.bounds("cpu") == (4000, 4000)
     assert op.bounds("cuda") == (4096 - MiB, 4096 + MiB)
+
+
+def test_each_profiler_api_is_named_as_users_spell_it_and_the_legacy_one_has_no_timeline():
+    """The three profilers a run may record with, each named as its users import it; the
+    legacy autograd profiler keeps no time-stamped memory records, and says so."""
+    from torch.autograd import profiler as autograd_profiler
+    from torch.autograd import profiler_legacy
+
+    legacy = profiler_legacy.profile(profile_memory=True)
+    assert apis.api_of(torch.profiler.profile()) == "torch.profiler.profile"
+    assert apis.api_of(autograd_profiler.profile()) == "torch.autograd.profiler.profile"
+    assert apis.api_of(legacy) == "torch.autograd.profiler_legacy.profile"
+    with pytest.raises(TypeError, match="profiler_legacy.profile keeps no time-stamped memory"):
+        apis.memory_records(legacy, "cpu")
 
 
 @pytest.mark.gpu

@@ -96,3 +96,13 @@ def test_a_file_that_is_not_a_run_record_is_an_error(tmp_path, capsys):
     argv = ["--rate-mbit", "100", str(tmp_path / "unshaped.json"), str(tmp_path / "shaped.json")]
     assert shaped_link.main(argv) == 2
     assert "not a torch-release-bench run" in capsys.readouterr().err
+
+
+def test_a_folder_without_run_records_is_an_error(tmp_path, capsys):
+    """A run that failed before writing its record leaves its folder empty: one line, exit 2."""
+    (tmp_path / "shaped").mkdir()
+    records.write_run(tmp_path / "unshaped.json", _run(None))
+    argv = ["--rate-mbit", "100", str(tmp_path / "unshaped.json"), str(tmp_path / "shaped")]
+    assert shaped_link.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no run records under" in err, err
