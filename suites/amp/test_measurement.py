@@ -91,6 +91,24 @@ def test_an_op_list_entry_not_run_says_why_and_a_missing_op_is_a_problem():
     assert problems == ["no_such_op is neither in torch nor a Tensor method"]
 
 
+def test_a_banned_entry_passes_only_when_the_op_refuses_to_run_under_autocast():
+    """PyTorch's "banned" list (binary_cross_entropy on CUDA): an op documented as unsafe to
+    autocast must raise under autocast; one that runs is this entry's failure."""
+    x = torch.rand(3)
+
+    def refuses(*args):
+        raise RuntimeError("unsafe to autocast")
+
+    module = type("Ops", (), {"refuses": staticmethod(refuses), "runs": staticmethod(torch.neg)})
+    banned = {op: oplists.OpCase("banned", i, op, (x,), module=module, expect_error=True)
+              for i, op in enumerate(("refuses", "runs"))}
+    row = oplists.run_case(banned["refuses"], "cpu", torch.bfloat16)
+    assert (row["outcome"], row["detail"]) == ("pass", "")
+    row = oplists.run_case(banned["runs"], "cpu", torch.bfloat16)
+    assert row["outcome"] == "fail"
+    assert row["detail"] == "ran under autocast; documented to raise (unsafe to autocast)"
+
+
 def test_what_differs_from_the_control_is_said_for_each_kind_of_output():
     a = torch.tensor([1, 2, 3])
     assert oplists._difference(a, torch.tensor([1, 2, 4])) == "values differ"
