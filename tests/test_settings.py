@@ -51,6 +51,27 @@ def test_a_device_entry_replaces_only_what_it_names():
     assert case.settings_for("full", "cuda:1") == case.settings_for("full", "cuda")
 
 
+def test_settings_of_a_profile_never_declared_are_a_key_error_naming_it():
+    with pytest.raises(KeyError, match="no settings for profile 'nightly'"):
+        demo.case("reads_its_settings").settings_for("nightly")
+
+
+def test_a_label_reads_its_values_from_the_case_by_profile_or_by_device():
+    """A label's values (asv's parameter grid): one of the case's settings, which needs the
+    case; by profile and device, by device, by profile; none where nothing applies."""
+    from harness.cases import FromSetting, label_values
+
+    case = demo.case("reads_its_settings")
+    assert label_values(FromSetting("sizes"), "full", "cuda", case) == [64, 128]
+    assert label_values(FromSetting("sizes", label=str), "quick", "cpu", case) == ["1", "2"]
+    with pytest.raises(ValueError, match="label from setting 'sizes': no case to read it"):
+        label_values(FromSetting("sizes"), "quick", "cpu")
+    by = {"quick:cuda": [1], "cuda": [2], "full": [3]}
+    assert [label_values(by, p, d) for p, d in (("quick", "cuda"), ("full", "cuda"),
+                                                ("full", "cpu"), ("quick", "cpu"))] == [
+        [1], [2], [3], []]
+
+
 def test_a_case_without_settings_gets_none():
     entry = runner.execute(demo.case("declares_none"), "cpu", {}, "full")
     assert entry.outcome == "pass" and entry.details["seen"] == {}
