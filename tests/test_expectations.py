@@ -315,6 +315,30 @@ def test_a_merged_matrix_run_is_judged_by_the_signature_of_every_round():
     assert merged.notes[0].startswith("matrix: merged from 3 runs")
 
 
+def test_a_failure_is_read_from_the_failed_checks_and_a_changed_one_is_left_for_a_person():
+    """A result without a list of failures is judged by its failed checks: the known abort
+    is expected; a timeout under the same entry is unexpected, and `update` leaves the entry
+    (and the comment above it) as it is, saying why: a new defect, or a changed one?"""
+    text = "# expected results\n\n# the abort at exit\n" + _abort()
+    entries = expectations.parse(text)
+
+    def failing(detail: str) -> records.Result:
+        return dataclasses.replace(_entry(), checks=(
+            records.Check("chains ends cleanly in 20 fresh processes", True, "0/20"),
+            records.Check("release_notes ends cleanly in 20 fresh processes", False, detail)))
+
+    known = failing("14/20 trials ended abnormally; killed by SIGABRT, 'terminate called': "
+                    "terminate called without an active exception")
+    assert expectations.judge_result(known, MACHINE, entries).status == "expected-fail"
+    changed = failing("2/20 trials ended abnormally; timed out")
+    j = expectations.judge_result(changed, MACHINE, entries)
+    assert j.status == "unexpected-fail" and "timed out" in j.why
+    upd = expectations.update(text, [_run_of(changed)], expectations.known_cases())
+    assert upd.new == upd.old == text
+    assert upd.changes == [f"{j.key}: {j.why} (left as it is: a new defect, "
+                           "or a changed one?)"]
+
+
 def test_check_judges_each_run_and_exits_1_exactly_when_something_is_unexpected(tmp_path,
                                                                                 capsys):
     """`release-bench expectations check RUN...`: the torch of each run, what the file says of
