@@ -206,6 +206,17 @@ def test_contended_results_are_left_out_and_said_so():
     assert c.verdict == "unverified" and "host busy" in c.why
 
 
+def test_a_contended_run_in_the_history_lends_no_figure_to_the_spread_between_runs():
+    """A history run that telemetry found contended is left out of the history as it is of
+    a comparison: its level (here twice the others) would widen the spread between runs."""
+    rng = np.random.default_rng(6)
+    busy = {"valid": False, "invalid_reasons": ["host busy: 90%"]}
+    history = [_run([_metric("t", _samples(rng, lv, spread=0.01))], **extra)
+               for lv, extra in ((1.0, {}), (2.0, {"telemetry": busy}), (1.01, {}), (0.99, {}))]
+    (values,) = compare.history_replicates(history).values()
+    assert len(values.baseline) == 3 and max(values.baseline) < 1.05, values.baseline
+
+
 def test_the_spread_between_runs_absorbs_wandering_and_passes_a_step_outside_it():
     rng = np.random.default_rng(6)
     # five earlier runs whose level wanders +-10% between runs, though each is tight within
