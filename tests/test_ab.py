@@ -109,3 +109,23 @@ def test_judge_of_a_folder_that_is_no_ab_is_one_line(tmp_path, capsys):
         assert cli.main(["ab", "--judge", str(folder), "--calibration", "none"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and says in err, err
+
+
+def test_a_side_whose_round_writes_no_run_is_one_line_naming_its_log(tmp_path):
+    """A side's Python that answers for its torch but whose `run` dies before writing its
+    record: ab stops at that round, exit 2, with one line naming the side and its log."""
+    dies = tmp_path / "dies"
+    dies.write_text("#!/bin/sh\n"
+                    'case "$*" in *harness.cli\\ run*) echo "planted: no run" >&2; exit 3;; '
+                    "esac\n"
+                    f'exec {sys.executable} "$@"\n')
+    dies.chmod(0o755)
+    out = subprocess.run([BIN / "release-bench", "ab", sys.executable, str(dies), "--suite",
+                          "fork_wait", "--case", "eager_fork_is_serial", "--rounds", "1",
+                          "--calibration", "none", "--out", str(tmp_path / "ab")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stdout + out.stderr[-2000:]
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("release-bench: error:")]
+    assert len(errors) == 1 and "B (torch " in errors[0], out.stderr
+    assert "wrote no run for fork_wait; see " in errors[0]
+    assert "planted: no run" in Path(errors[0].rsplit("see ", 1)[1]).read_text()
