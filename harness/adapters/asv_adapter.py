@@ -86,12 +86,6 @@ def _definition(ident: str, kind: str) -> Case | Workload:
     raise KeyError(f"{suite_name} has no {kind} {name!r}")
 
 
-def setting(ident: str, name: str, device: str = "cpu") -> Any:
-    """Setting `name` of the case "suite/name" in the profile asv tracks (e.g. the payload
-    sizes a view's labels range over)."""
-    return _definition(ident, "case").settings_for(PROFILE, device)[name]
-
-
 def devices_here(devices: Sequence[str]) -> list[str]:
     """The devices of `devices` this machine has; all of them when it has none, since asv
     needs a combination to report the class as n/a rather than fail."""
