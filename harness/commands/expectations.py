@@ -35,7 +35,7 @@ def main(args) -> int:
         loaded, source = common.read_expectations(args)
         status = EXIT_OK
         for spec, run in zip(args.runs, runs, strict=True):
-            print(f"{spec}: torch {run.machine.get('torch', {}).get('version')}")
+            print(f"{spec}: torch {run.torch_version}")
             judged = expectations.judge_run(run, loaded, source, expectations.known_cases())
             status = max(status, common.expectations_exit(judged))
         return status
