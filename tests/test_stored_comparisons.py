@@ -86,4 +86,4 @@ def test_an_ab_whose_side_has_no_rounds_is_one_error_line(tmp_path, capsys):
         shutil.rmtree(rounds)
     assert cli.main(["ab", "--judge", str(folder), "--calibration", "none"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "side B has no rounds" in err, err
+    assert err.count("\n") == 1 and "no rounds of side B in rounds/" in err, err
