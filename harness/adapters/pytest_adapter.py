@@ -18,6 +18,7 @@ FILE` records the same statements the CLI measures.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 from functools import cache
 
@@ -160,17 +161,29 @@ def workload_benchmarks(suite: Suite):
 
     @pytest.mark.parametrize(("workload", "device", "params"), _workloads(suite))
     def test_workload(benchmark, workload: Workload, device: str, params: Params) -> None:
-        if device == "cuda" and not torch.cuda.is_available():
-            pytest.skip("CUDA is not available on this machine")
-        fn = workload.build(device, **params)
-        benchmark.extra_info.update(suite=workload.suite, workload=workload.name,
-                                    device=device, params=params)
-        try:
-            with process_telemetry().sampler() as sampler:
-                benchmark(fn)
-        finally:
-            if callable(getattr(fn, "close", None)):  # a workload holding peers or processes
-                fn.close()
-        benchmark.extra_info["telemetry"] = sampler.summary()
+        with _benchmarked(benchmark, workload, device, params) as fn:
+            benchmark(fn)
 
     return test_workload
+
+
+@contextlib.contextmanager
+def _benchmarked(benchmark, workload: Workload, device: str, params: Params):
+    """The workload's callable, with the host's telemetry sampled while pytest-benchmark times
+    it; closed, and the telemetry summary kept in the benchmark's extra_info, after.
+
+    The work after the timing lives here, past the yield, not in the test's own body:
+    pytest-benchmark pauses Python's tracing while it times, and the frames that were running
+    then are never traced again (coverage.py would call their last lines unexecuted)."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("CUDA is not available on this machine")
+    fn = workload.build(device, **params)
+    benchmark.extra_info.update(suite=workload.suite, workload=workload.name,
+                                device=device, params=params)
+    try:
+        with process_telemetry().sampler() as sampler:
+            yield fn
+    finally:
+        if callable(getattr(fn, "close", None)):  # a workload holding peers or processes
+            fn.close()
+    benchmark.extra_info["telemetry"] = sampler.summary()
