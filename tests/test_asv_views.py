@@ -278,3 +278,42 @@ def test_a_workload_whose_package_is_missing_is_skipped_not_failed(monkeypatch, 
     combos = [c for c in _combinations(view) if "resnet" in repr(c) or "profiler" in name]
     with pytest.raises(asv.NotAvailable, match="torchvision"):
         view().setup(*combos[0])
+
+
+def test_a_view_that_cannot_run_here_says_why_and_a_bad_definition_is_refused(monkeypatch):
+    """asv skips a view whose device, parameters or definition are not here, with the reason
+    (NotAvailable); two views of one name, or an asv_name asv would not find, are refused
+    when the views are made."""
+    from suites.amp import asv_bench as amp_views
+    from suites.fork_wait import asv_bench as fork_views
+
+    monkeypatch.setattr(asv.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(asv.NotAvailable, match="cuda is not available here"):
+        asv.skip_without("cuda")
+    with pytest.raises(KeyError, match="fork_wait has no case 'nope'"):
+        asv._definition("fork_wait/nope", "case")
+    serial = fork_views.SerialTime()
+    with pytest.raises(asv.NotAvailable, match="fork_wait/serial_tasks has no .* on cpu"):
+        serial.setup("cpu", *(["not a value"] * (len(serial.param_names) - 1)))
+    step = amp_views.AmpTrainStep()
+    assert step.param_names[:2] == ["device", "model"]
+    with pytest.raises(asv.NotAvailable, match="amp/train_step has no parameter set for "
+                                               "{'model': 'no such model'"):
+        step.setup({}, "cpu", "no such model", step.params[2][0])
+
+    suite = Suite("s", feature="", status="", summary="")
+
+    @suite.workload(asv_name="Same.time_a")
+    def a(device):
+        """A workload."""
+
+    @suite.workload(asv_name="Same.time_b")
+    def b(device):
+        """Another, filed under the same class."""
+
+    monkeypatch.setattr(registry, "load", lambda name: suite)
+    with pytest.raises(ValueError, match="suite s has two asv views called Same"):
+        asv.views("suites.s.asv_bench")
+    bad = dataclasses.replace(suite.workloads[0], asv_name="Same.track_a")
+    with pytest.raises(ValueError, match="s/a: asv_name 'Same.track_a' is not"):
+        asv.time_view_name(bad)

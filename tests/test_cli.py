@@ -182,6 +182,8 @@ def test_dry_run_prints_the_settings_of_each_case_it_would_run(profile, capsys):
         (["compare", "a.json", "b.json", "--threshold", "latency=much"],
          "expected KIND=TOLERANCE such as latency=0.2, got 'latency=much'"),
         (["report", "--matrix", "README.md"], "README.md: Expecting value"),
+        (["report", "--matrix", "results/calibration/amd-epyc-2c.json"],
+         "not a release-bench matrix record"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):
@@ -345,3 +347,35 @@ def test_asv_machine_registers_this_machine_under_home_and_prints_its_name(
     fingerprint = json.loads((tmp_path / "results" / "asv" / f"{name}.fingerprint.json")
                              .read_text())
     assert fingerprint["machine"]["name"] == name
+
+
+def test_a_missing_module_other_than_torch_is_a_defect_not_a_usage_error(monkeypatch):
+    """torch or torchvision missing from a Python is one line (exit 2); any other missing
+    module is this project's defect and keeps its traceback."""
+    def needs(name: str):
+        def main(_args):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return main
+
+    monkeypatch.setitem(cli.COMMANDS, "list", dataclasses.replace(cli.COMMANDS["list"],
+                                                                  main=needs("torchvision")))
+    assert cli.main(["list"]) == 2
+    monkeypatch.setitem(cli.COMMANDS, "list", dataclasses.replace(cli.COMMANDS["list"],
+                                                                  main=needs("jinja2")))
+    with pytest.raises(ModuleNotFoundError, match="jinja2"):
+        cli.main(["list"])
+
+
+def test_asv_vendor_says_where_the_dashboards_scripts_are(capsys):
+    """`release-bench asv-vendor` (run before the tests: `make test`, tox) with every package
+    in the cache: nothing to fetch, exit 0, and where they are."""
+    assert cli.main(["asv-vendor"]) == 0
+    assert capsys.readouterr().out.startswith("asv dashboard scripts: in ")
+
+
+def test_a_suite_that_does_not_exist_is_not_loaded():
+    from harness import registry
+
+    assert "fork_wait" in registry.suite_names()
+    with pytest.raises(KeyError, match="no_such_suite"):
+        registry.load("no_such_suite")

@@ -1094,6 +1094,29 @@ def test_the_correction_can_only_hold_a_verdict_back_and_the_row_says_so():
     assert _judge(1.0, p=0.8, q=0.01, interval=(0.97, 1.03), tested=40).verdict == "unchanged"
 
 
+def test_an_inconclusive_figure_says_which_test_held_it_back():
+    """Neither past the tolerance nor inside it: a significant change whose interval may reach
+    past the tolerance, and an interval that excludes 1 where the corrected test does not
+    call the change significant, each say so (not a generic 'reaches past')."""
+    c = _judge(1.03, p=0.01, q=0.3, interval=(1.01, 1.06))
+    assert c.verdict == "inconclusive"
+    assert c.why.startswith("a significant change (adjusted p 0.01) that may reach past the 5%")
+    c = _judge(1.03, p=0.2, q=0.3, interval=(1.01, 1.06), tested=40)
+    assert c.verdict == "inconclusive"
+    assert c.why.startswith("its interval excludes 1, but over 40 figures the change is not "
+                            "significant (adjusted p 0.2), and it reaches past the 5%")
+    assert _judge(1.0, p=0.5, q=0.3, interval=(0.93, 1.07)).why.startswith(
+        "its interval reaches past the 5% tolerance")
+
+
+def test_rounds_exceed_their_sessions_when_sessions_agree_exactly_never_with_one_round():
+    """Sessions that agree exactly predict no spread: any spread of the rounds exceeds it;
+    one round has no spread to hold against theirs. A figure without a tolerance has no band."""
+    assert compare._rounds_exceed([1.0, 1.0], [1.0, 1.1], (0.0, 4.0))
+    assert not compare._rounds_exceed([1.0], [1.5], (1e-6, 4.0))
+    assert compare._band(None, 1.0) is None and compare._band(0.05, 0.0) is None
+
+
 def test_the_equivalence_test_agrees_with_the_interval():
     band = (math.log(0.95), math.log(1.05))
     t = stats.t_quantile(0.975, 8)
@@ -1188,3 +1211,10 @@ def test_an_environment_that_cannot_run_the_suites_is_one_line(tmp_path):
     with pytest.raises(CampaignError, match="cannot run the suites \\(No such file or "
                                             "directory\\)$"):
         torch_version(broken)
+
+
+def test_merging_the_rounds_of_a_side_that_ran_nothing_is_one_clear_error():
+    from harness.comparing import campaign
+
+    with pytest.raises(campaign.CampaignError, match="ab: no rounds to merge"):
+        campaign.merge_runs([], "ab")

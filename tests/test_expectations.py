@@ -295,6 +295,33 @@ def test_update_removes_an_entry_whose_case_now_passes_and_a_stale_one():
     assert 'outcome = ["fail", "pass"]' in upd.new and "'pass' added" in upd.changes[0]
 
 
+def test_an_entry_removed_goes_with_the_comment_lines_just_above_it():
+    """The comment of an entry is its own: removed with it; the file's head stays."""
+    text = "# head\n\n# why the abort is expected\n" + _abort().lstrip("\n")
+    run = _run_of(_entry(outcome="pass", rates={"release_notes": (0, 20)}))
+    assert expectations.update(text, [run], expectations.known_cases()).new == "# head\n\n"
+
+
+def test_a_rate_without_its_trials_is_not_held_to_the_entrys_range():
+    """A rate whose trial count was not recorded has no interval: it is neither inside nor
+    outside the entry's range, and the failure stays expected by its signature."""
+    entry = _entry(failures=["terminate called without an active exception"],
+                   rates={"release_notes": (19, 20)})
+    counted = dataclasses.replace(entry.metrics[0], stats={})
+    j = expectations.judge_result(dataclasses.replace(entry, metrics=(counted,)), MACHINE,
+                                  expectations.parse(_abort("0.1, 0.5")))
+    assert j.status == "expected-fail" and j.rates == []
+    assert expectations.judge_result(entry, MACHINE, expectations.parse(
+        _abort("0.1, 0.5"))).status == "unexpected-fail"  # with its trials: above the range
+
+
+def test_without_the_repositorys_file_nothing_is_expected(tmp_path, monkeypatch):
+    monkeypatch.setattr(expectations, "DEFAULT_FILE", tmp_path / "expectations.toml")
+    assert expectations.load() == []
+    with pytest.raises(expectations.ExpectationsError):  # a file asked for by name must exist
+        expectations.load(tmp_path / "expectations.toml")
+
+
 def test_a_merged_matrix_run_is_judged_by_the_signature_of_every_round():
     from harness.comparing import campaign
 

@@ -289,3 +289,45 @@ def test_a_case_that_ran_and_is_n_a_in_the_next_version_is_flagged():
              "recorded": "2026-12-04T00:00:00Z", "project": {"commit": "abc1234"}, **side(o)}
             for v, o in (("2.3.0", "pass"), ("2.4.0", "n/a"))]
     assert "FLAG: " + LOST in report.build_history(recs)
+
+
+def test_the_matrix_command_says_each_versions_failures_its_headline_verdicts_and_stages(
+        tmp_path, monkeypatch, capsys):
+    """The command's lines from a judged matrix (`matrix.judge_again` standing in): with
+    `--expectations none` any failure counts; each step's headline figures with their
+    factor and interval, a figure without a factor as n/a; the verdicts after each stage of
+    further rounds. A regression or a failure is exit 1."""
+    from harness import cli
+    from harness.releases import matrix
+
+    def case(outcome: str) -> dict:
+        return {"outcome": outcome, "warnings": [], "expected": None}
+
+    res = {"dir": str(tmp_path), "versions": [{"label": "a", "torch": "2.10.0"},
+                                               {"label": "b", "torch": "2.11.0"}],
+           "sides": {"a": {"cases": {"fork_wait/x[cpu]": case("pass")}},
+                     "b": {"cases": {"fork_wait/x[cpu]": case("fail")}}},
+           "steps": [{"from": "a", "to": "b", "counts": {"unchanged": 1},
+                      "changes": [], "headline_verdicts": [
+                          {"case": "amp/gemm_ladder[cpu]", "metric": "tflops",
+                           "labels": "n=256", "factor": 0.95, "interval": [0.93, 0.97],
+                           "verdict": "unchanged"},
+                          {"case": "rpc/round_trip[cpu]", "metric": "p50", "labels": None,
+                           "factor": None, "interval": None, "verdict": "inconclusive"}]}],
+           "max_rounds": {"judged": [
+               {"rounds": {"a": 2, "b": 2}, "minutes": 1.5, "counts": {"inconclusive": 1}},
+               {"rounds": {"a": 4, "b": 4}, "minutes": 3.0, "counts": {"unchanged": 1}}]}}
+    monkeypatch.setattr(matrix, "judge_again", lambda *_args: res)
+    status = cli.main(["matrix", "--judge", str(tmp_path), "--expectations", "none",
+                       "--calibration", "none"])
+    out = capsys.readouterr().out
+    assert status == 1, out  # b's failure, with no expectations to excuse it
+    for line in ("torch 2.11.0: 1 fail; 0 cases warned",
+                 "  headline amp/gemm_ladder[cpu] tflops n=256: 0.95x [0.93, 0.97] unchanged",
+                 "  headline rpc/round_trip[cpu] p50 : n/a inconclusive",
+                 "after 2 rounds (1.5 min): 1 inconclusive",
+                 "after 4 rounds (3.0 min): 1 unchanged"):
+        assert line in out, line
+    res["sides"]["b"]["cases"]["fork_wait/x[cpu]"] = case("pass")
+    assert cli.main(["matrix", "--judge", str(tmp_path), "--expectations", "none",
+                     "--calibration", "none"]) == 0

@@ -385,6 +385,9 @@ def test_the_page_shows_the_news_events_gate_rows_and_asv_steps_of_a_red_night(t
         (rec_dir / n["conformance"]["record"]).write_text(json.dumps(rec))
     page = nightly_page.write(tmp_path / "html", rec_dir, tmp_path / "asv" / "html")
     html = page.read_text()
+    # a gate case the suites no longer know links to no asv graph
+    assert nightly_page._case_benchmarks("gone/case[cpu]") == []
+    assert nightly_page._case_benchmarks("amp/no_such_case[cpu]") == []
     for text in ("gate: amp/gemm_ladder[cpu default] tflops regression x0.900",
                  "DeprecationWarning: planted", "works → removed", "CUDA 12.8 -&gt; 13.0",
                  "tflops[n=256]", "12 rounds would decide", "[0.880, 0.920]",
@@ -393,3 +396,88 @@ def test_the_page_shows_the_news_events_gate_rows_and_asv_steps_of_a_red_night(t
                  "2.10.0 → 2.11.0", 'class="light red"', "history.html"):
         assert text in html, text
     assert (tmp_path / "html" / "history.html").exists()
+
+
+def test_a_part_of_a_night_that_fails_is_said_and_the_nights_other_parts_still_run(
+        tmp_path, monkeypatch, capsys):
+    """Three nights of three builds (`--rehearse`), each part standing in for itself except
+    the orchestration (`one_night`), the ledger, asv's configuration and the pages: a failed
+    asv run and asv publish (night 1), a gate that did not run and asv compare failing (night
+    2), then a regression the gate found and asv's step at tonight's build (night 3). Each
+    failure is one reason of a red night; the nights after it still run."""
+    from harness.comparing.campaign import CampaignError
+    from harness.presenting import asv_dashboard
+
+    night = iter(range(1, 4))
+    n = 0
+
+    def identity(_python):
+        nonlocal n
+        n = next(night)  # a new build each night: a new ledger commit, so asv compare runs
+        return f"2.1{n}.0+cpu", f"g{n}"
+
+    def conformance(tonight, *_args):
+        cases = {"fork_wait/a[cpu]": {"suite": "fork_wait", "kind": "conformance",
+                                      "outcome": "pass", "reason": "", "warnings": [],
+                                      "expected": {"status": "pass"}}}
+        return {"schema": "release-bench-history/1", "release": tonight.label,
+                "torch": f"2.1{n}.0+cpu", "torchvision": None, "without_torchvision": None,
+                "env": None, "project": {"commit": "abc"}, "build": {},
+                "machine": {"name": "m", "cpu": "c"}, "recorded": "2026-12-05", "wall_s": 1.0,
+                "api": [], "cases": cases if n < 3 else {}, "expectations": None}
+
+    def gate(*_args):
+        if n == 2:
+            raise CampaignError("side B ran nothing")
+        return {"rounds": 2, "design": "sequential", "duets": [], "calibration": None,
+                "counts": {"regression": 1},
+                "moved": [{"case": "amp/gemm_ladder[cpu n=256]", "figure": "tflops",
+                           "unit": "TFLOP/s", "baseline": 1.0, "candidate": 0.8,
+                           "interval": [0.78, 0.82], "detectable": 0.02,
+                           "rounds_to_decide": None, "why": "", "verdict": "regression",
+                           "factor": 0.8}],
+                "inconclusive": [], "unverified": []}
+
+    def compare(*_args):
+        if n == 2:
+            raise CampaignError("asv compare: no results")
+        return []
+
+    def publish(config):
+        if n == 1:
+            raise RuntimeError("asv publish: a broken result file")
+        return tmp_path / "n" / "asv" / "html"
+
+    step = {"benchmark": "fork_wait.asv_bench.SerialTime.time_serial", "before": 1.0,
+            "after": 1.5, "factor": 1.5, "last": 1.5, "best": 1.0}
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(ledger, "torch_identity", identity)
+    monkeypatch.setattr(nightly, "conformance", conformance)
+    monkeypatch.setattr(nightly, "gate", gate)
+    monkeypatch.setattr(nightly, "asv_run", lambda *_args: 3 if n == 1 else 0)
+    monkeypatch.setattr(nightly, "asv_compare", compare)
+    monkeypatch.setattr(nightly, "keep_tracked", lambda _results: [])
+    monkeypatch.setattr(nightly, "asv_regressions",
+                        lambda *_args: [{**step, "from": "2.12.0", "to": VENV.name}] * (n == 3))
+    monkeypatch.setattr(asv_dashboard, "publish", publish)
+    python = str(VENV)
+    status = cli.main(["nightly", python, python, python, "--rehearse", "--dir",
+                       str(tmp_path / "n"), "--record", str(tmp_path / "rec"), "--suite",
+                       "fork_wait", "--no-registry-dates", "--calibration", "none"])
+    out = capsys.readouterr().out
+    assert status == 1, out
+    first, second, third = nightly.read_nights(tmp_path / "rec")
+    assert [x["status"] for x in (first, second, third)] == ["red"] * 3
+    assert first["why"][0].startswith("asv run: exit status 3 (a benchmark failed; ")
+    assert first["why"][1:] == ["asv publish: RuntimeError: asv publish: a broken result file"]
+    assert second["why"] == ["gate: did not run (side B ran nothing)",
+                             "asv: asv compare: no results"]
+    assert third["why"] == ["gate: amp/gemm_ladder[cpu n=256] tflops regression x0.800"]
+    assert third["events"] == [{"case": "fork_wait/a[cpu]", "what": "case", "from": "pass",
+                                "to": None, "versions": [VENV.name, VENV.name]}]
+    # without --asv-bench, asv runs the track views of the gate's headline cases
+    assert third["selection"]["asv_bench"] == (r"^(fork_wait\.asv_bench\.ForkWaitSpeedup"
+                                               r"\.track_speedup)")
+    assert "  gate: amp/gemm_ladder[cpu n=256] tflops: regression x0.800" in out
+    assert (f"  asv step: fork_wait.asv_bench.SerialTime.time_serial 2.12.0 -> {VENV.name}: "
+            "1 -> 1.5") in out

@@ -1,4 +1,5 @@
-"""`pytest --benchmark-json FILE` on a suite records the suite's own workloads."""
+"""The pytest view of a suite: `pytest --benchmark-json FILE` records the suite's own
+workloads, and a case's result becomes the test's verdict as a run would judge it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from harness import records
+from harness.adapters import pytest_adapter
+from harness.comparing import expectations
+from suites.fork_wait.cases import suite as fork_wait
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,3 +38,70 @@ def test_benchmark_json_holds_workloads_and_fingerprint(tmp_path):
         assert "valid" in b["extra_info"]["telemetry"]
     assert doc["machine_info"]["release_bench"]["torch"]["version"]
     assert "nvml" in doc["machine_info"]["release_bench_telemetry"]
+
+
+# --- how a case's result becomes a test's verdict (runner.execute stood in for) -----------
+
+
+def _verdict_of(monkeypatch, *results: records.Result, entries: str = "") -> list[records.Result]:
+    """`_assert_passes` of fork/wait's clean_exit, runner.execute answering `results` in
+    turn and the expectations file being `entries`; returns the results it was handed."""
+    queue, handed = list(results), []
+
+    def execute(*_args, **_kwargs):
+        handed.append(queue.pop(0))
+        return handed[-1]
+
+    monkeypatch.setattr(pytest_adapter.runner, "execute", execute)
+    monkeypatch.setattr(pytest_adapter, "_expectations",
+                        lambda: tuple(expectations.parse(entries)))
+    pytest_adapter._assert_passes(fork_wait.case("clean_exit"), "cpu", {"trials": 2})
+    return handed
+
+
+def _result(outcome: str, *checks: records.Check, reason: str = "") -> records.Result:
+    return records.Result("fork_wait", "clean_exit", outcome, reason, kind="conformance",
+                          device="cpu", checks=checks)
+
+
+SLOW = records.Check("speedup floor", False, "1.1x < 1.5x", performance=True)
+WRONG = records.Check("matches the serial result", False, "differs by 3")
+
+
+def test_a_case_that_missed_only_a_timing_is_measured_once_more_and_passes_if_it_meets_it(
+        monkeypatch):
+    handed = _verdict_of(monkeypatch, _result("fail", SLOW), _result("pass"))
+    assert [r.outcome for r in handed] == ["fail", "pass"]
+    with pytest.raises(AssertionError, match="speedup floor"):
+        _verdict_of(monkeypatch, _result("fail", SLOW, reason="speedup floor"),
+                    _result("fail", SLOW, reason="speedup floor again"))
+
+
+def test_a_case_that_failed_a_correctness_check_is_measured_once_and_fails(monkeypatch):
+    with pytest.raises(AssertionError, match="differs"):
+        _verdict_of(monkeypatch, _result("fail", SLOW, WRONG, reason="differs by 3"),
+                    _result("pass"))  # never asked for
+
+
+@pytest.mark.parametrize(("outcome", "said"), [
+    ("skip", "no GPU"), ("n/a", "no GPU"), ("invalid", "measured contended, so not judged"),
+    ("inconclusive", "inconclusive, so not judged")])
+def test_a_case_that_ran_nothing_to_judge_is_a_skipped_test_saying_why(monkeypatch, outcome,
+                                                                      said):
+    with pytest.raises(pytest.skip.Exception, match=said):
+        _verdict_of(monkeypatch, _result(outcome, reason="no GPU"))
+
+
+def test_a_failure_the_expectations_file_describes_is_an_expected_failure_naming_its_issue(
+        monkeypatch):
+    entry = '''
+[[expect]]
+case = "fork_wait/clean_exit"
+outcome = ["fail"]
+issue = "https://github.com/pytorch/pytorch/issues/38228"
+summary = "aborts at exit"
+'''
+    with pytest.raises(pytest_adapter.ExpectedFailure, match="issues/38228: aborted"):
+        _verdict_of(monkeypatch, _result("fail", WRONG, reason="aborted"), entries=entry)
+    with pytest.raises(AssertionError, match="unexpected-fail"):  # the same, with no entry
+        _verdict_of(monkeypatch, _result("fail", WRONG, reason="aborted"))

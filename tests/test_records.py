@@ -234,3 +234,10 @@ def test_check_raises_fails_on_the_wrong_exception_and_on_none():
     assert not ctx.check_raises("raises at all", lambda: 1, ValueError)
     assert [(c.passed, c.detail.split(":")[0]) for c in ctx.checks] == [
         (True, "raised ValueError"), (False, "raised ValueError instead"), (False, "did not raise")]
+
+
+def test_a_relative_path_is_shown_as_given_and_a_missing_figure_as_n_a():
+    from harness.formats import fmt_value
+
+    assert records.shown_path("results/runs/x.json") == "results/runs/x.json"
+    assert fmt_value(None, "s") == "n/a" and fmt_value(0.00123, "s") == "1.23 ms"

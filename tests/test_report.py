@@ -127,6 +127,20 @@ def test_numbers_carry_three_significant_figures():
     assert figures.sig(0.000123456) == "0.000123" and figures.sig(1234.5678) == "1.23e+03"
     m = records.Metric("speedup", 1.18321, "x", stats={"ci": [1.0912, 1.2734]})
     assert figures.with_interval(m) == "1.18 [1.09, 1.27]"
+    assert figures.with_interval(None) == ""  # a figure the run did not record: an empty cell
+
+
+def test_a_report_of_old_runs_does_without_a_suite_that_no_longer_imports(monkeypatch):
+    real = registry.load
+
+    def load(name: str):
+        if name == "profiler":
+            raise ImportError("a suite of this checkout that this torch cannot import")
+        return real(name)
+
+    monkeypatch.setattr(registry, "load", load)
+    shown = report._suites()
+    assert "profiler" not in shown and "fork_wait" in shown
 
 
 def test_every_suite_figure_in_a_real_browser(tmp_path):
