@@ -184,6 +184,12 @@ def test_dry_run_prints_the_settings_of_each_case_it_would_run(profile, capsys):
         (["report", "--matrix", "README.md"], "README.md: Expecting value"),
         (["report", "--matrix", "results/calibration/amd-epyc-2c.json"],
          "not a release-bench matrix record"),
+        (["ab", sys.executable, sys.executable, "--suite", "fork_wait", "--case", "no_such"],
+         "nothing to run: no case matches the given suite, case and skip"),
+        (["bisect", "--case", "fork_wait/clean_exit", "2.10.0", "2.10.0"],
+         "bisect: 2.10.0..2.10.0 holds fewer than two releases"),
+        (["history", "2.10.0", "--suite", "fork_wait", "--skip", "e"],  # every case has an e
+         "history: no conformance case is selected"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):
@@ -379,3 +385,12 @@ def test_a_suite_that_does_not_exist_is_not_loaded():
     assert "fork_wait" in registry.suite_names()
     with pytest.raises(KeyError, match="no_such_suite"):
         registry.load("no_such_suite")
+
+
+def test_a_duet_on_one_core_is_refused_in_one_line(monkeypatch, capsys):
+    """A duet pins each side to its own core: a process allowed one core cannot hold one."""
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0})
+    assert cli.main(["ab", sys.executable, sys.executable, "--suite", "rpc", "--duet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("release-bench: error: --duet: a duet needs two cores") and (
+        err.count("\n") == 1), err

@@ -331,3 +331,29 @@ def test_the_matrix_command_says_each_versions_failures_its_headline_verdicts_an
     res["sides"]["b"]["cases"]["fork_wait/x[cpu]"] = case("pass")
     assert cli.main(["matrix", "--judge", str(tmp_path), "--expectations", "none",
                      "--calibration", "none"]) == 0
+
+
+def test_a_versions_headline_figures_are_kept_with_their_interval_and_count():
+    """What the matrix keeps of a version's run: every headline figure of its benchmark
+    cases (a real quick run of every suite, committed), with its unit, interval and count."""
+    from harness import records
+    from harness.releases import matrix
+
+    run = records.read_run(records.resolve_run(ROOT / "results" / "runs" / "amd-epyc-2c"))
+    side = matrix.summarize_side(run)
+    headline = [(e.key, m) for e in run.results for m in e.metrics if m.headline]
+    assert headline and len(side["headlines"]) == len(headline)
+    for kept, (key, m) in zip(side["headlines"], headline, strict=True):
+        assert (kept["case"], kept["name"], kept["value"], kept["unit"]) == (
+            key, m.name, m.value, m.unit)
+        assert kept["ci"] == (m.stats or {}).get("ci") and kept["n"] == (m.stats or {}).get("n")
+    assert any(h["case"].startswith("amp/gemm_ladder[") for h in side["headlines"])
+    assert any(h["ci"] for h in side["headlines"])
+
+
+def test_a_matrix_of_one_environment_is_refused():
+    from harness.comparing.campaign import CampaignError
+    from harness.releases import matrix
+
+    with pytest.raises(CampaignError, match="at least two environments"):
+        matrix.matrix([sys.executable], [], [], 2, Path("unused"), print)

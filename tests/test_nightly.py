@@ -143,8 +143,11 @@ def test_asvs_step_detection_names_the_build_a_step_came_with(tmp_path):
     value = tmp_path / "value"
     repo, env = asv_project.make(tmp_path, "builds", {"bench.py": textwrap.dedent(f"""
         class Value:
-            def track_value(self):
-                return float(open({str(value)!r}).read())
+            params = [["steady", "stepping"]]
+            param_names = ["which"]
+
+            def track_value(self, which):
+                return 10.0 if which == "steady" else float(open({str(value)!r}).read())
         """)})
     book = Ledger(tmp_path / "ledger")
     folder = tmp_path / "nightly"
@@ -163,12 +166,21 @@ def test_asvs_step_detection_names_the_build_a_step_came_with(tmp_path):
     out = asv_project.asv(repo, env, "publish", "--config", str(conf))
     assert out.returncode == 0, out.stderr
     found = nightly.asv_regressions(folder / "asv" / "html", builds)
+    # a parameterised benchmark's step is named with its parameters
     assert [(r["benchmark"], r["from"], r["to"], r["before"], r["after"]) for r in found] == [
-        ("bench.Value.track_value", "2.12.0", "2.13.0", 10.0, 20.0)]
-    # asv compare between the last two builds marks the step
+        ("bench.Value.track_value('stepping')", "2.12.0", "2.13.0", 10.0, 20.0)]
     a, b = list(builds)[2:]
     rows = nightly.asv_compare(conf, "builds", a, b)
-    assert [(r["mark"], r["benchmark"]) for r in rows] == [("slower", "bench.Value.track_value")]
+    # asv compare between the last two builds marks the step, named as asv's step is
+    assert [(r["mark"], r["benchmark"]) for r in rows] == [
+        ("slower", "bench.Value.track_value('stepping')")]
+
+
+def test_asv_compare_that_fails_is_one_line_naming_asvs_last_words(tmp_path):
+    from harness.comparing.campaign import CampaignError
+
+    with pytest.raises(CampaignError, match=r"^asv compare: .*missing\.json"):
+        nightly.asv_compare(tmp_path / "missing.json", "m", "a" * 40, "b" * 40)
 
 
 def test_asv_compare_rows_are_read_with_their_marks():
