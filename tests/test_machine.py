@@ -86,3 +86,12 @@ def test_a_machine_without_cpuinfo_git_or_torch_backends_cpu_is_still_fingerprin
     monkeypatch.delattr(torch.backends, "cpu")
     assert machine.cpu_capability() == re.search(r"CPU capability usage:\s*(\S+)",
                                                  torch.__config__.show())[1]
+
+
+def test_a_torch_without_torch_backends_cpu_says_its_capability_from_its_build_text(
+        monkeypatch):
+    """Before torch 2.0 only the build's configuration text named the vector instructions
+    its kernels use: the same answer as today's API."""
+    today = machine.cpu_capability()
+    monkeypatch.delattr(torch.backends, "cpu")
+    assert machine.cpu_capability() == today

@@ -179,3 +179,40 @@ def test_a_torchvision_model_without_torchvision_is_skipped_with_the_reason(monk
                         lambda name, *a: None if name == "torchvision" else find_spec(name, *a))
     entry = runner.execute(cases.suite.case("train_step"), "cpu", {"model": "resnet18"}, "quick")
     assert (entry.outcome, entry.reason) == ("skip", "torchvision is not installed")
+
+
+def test_an_older_torch_without_todays_amp_apis_says_so_or_takes_the_older_spelling(
+        monkeypatch):
+    """What a torch older than today's lacks, each stood in for by removing it here: the
+    device-generic GradScaler (on the CPU there is no other: FeatureAbsent), the device
+    argument of is_autocast_enabled (before 2.4 the CPU had a function of its own), an op-list
+    class of torch's test lists, and the profiler's event types the memory walk reads."""
+    from torch.testing._internal import autocast_test_lists
+
+    from harness.cases import FeatureAbsent
+    from suites.amp import gradscaler
+
+    with monkeypatch.context() as m:
+        m.setattr(gradscaler, "has_api", lambda _name: False)
+        with pytest.raises(FeatureAbsent, match="torch.amp has no GradScaler"):
+            gradscaler.scaler("cpu")
+
+    def without_device(*args):
+        if args:
+            raise TypeError("is_autocast_enabled() takes 0 positional arguments")
+        return False  # CUDA's, off
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with monkeypatch.context() as m:
+            m.setattr(torch, "is_autocast_enabled", without_device)
+            assert oplists._autocast_on("cpu") is True and oplists._autocast_on("cuda") is False
+
+    with monkeypatch.context() as m:
+        m.delattr(autocast_test_lists, oplists.LIST_CLASSES["cpu"])
+        with pytest.raises(oplists.ListsUnavailable, match="has no autocast_test_lists"):
+            oplists.load_lists("cpu")
+
+    with monkeypatch.context() as m:
+        m.delattr(torch._C._profiler, "_EventType")
+        with pytest.raises(RuntimeError, match="this torch's profiler has no event types"):
+            memory.cpu_allocation_events(lambda: None)

@@ -162,3 +162,44 @@ def test_timing_accuracy_takes_further_sessions_only_while_undecided(monkeypatch
     assert entry.outcome == outcome, entry.reason
     counts = [m.value for m in entry.metrics if m.name == "sessions"]
     assert counts and set(counts) == {sessions}
+
+
+def test_an_older_torch_takes_the_profilers_older_spelling_or_goes_without_an_api(monkeypatch):
+    """Before torch 2.1 the autograd profiler's device switch was 1.6's `use_cuda`; an API a
+    torch lacks is named with why and left uncovered; with none at all the case is a Skip."""
+    from harness.cases import Context, Skip
+
+    opened = {}
+    with monkeypatch.context() as m:
+        m.setattr(apis, "has_api", lambda _name: False)
+        m.setattr(apis.autograd_profiler, "profile", lambda **kw: opened.update(kw) or "old")
+        assert apis.open_profiler("autograd", "cpu") == "old"
+    assert opened == {"use_cuda": False, "profile_memory": True, "record_shapes": False}
+
+    real = apis.open_profiler
+
+    def without(*missing: str):
+        def open_profiler(api, device, **kw):
+            if api in missing:
+                raise AttributeError(f"module 'torch.autograd' has no attribute {api!r}")
+            return real(api, device, **kw)
+        return open_profiler
+
+    monkeypatch.setattr(apis, "open_profiler", without("legacy"))
+    ctx = Context("cpu", "quick", {})
+    assert cases._apis(ctx) == ("profiler", "autograd")
+    assert ctx.notes == ["profiler API legacy not in this torch (AttributeError: module "
+                         "'torch.autograd' has no attribute 'legacy'): not covered"]
+    monkeypatch.setattr(apis, "open_profiler", without(*apis.API_NAMES))
+    with pytest.raises(Skip, match="none of the profiler APIs is available"):
+        cases._apis(Context("cpu", "quick", {}))
+
+
+def test_an_empty_region_that_reports_bytes_is_a_note_and_the_correction():
+    from harness.cases import Context
+
+    ctx = Context("cpu", "quick", {})
+    assert cases.region_cost(ctx, "legacy", [0, 0, 0]) == 0 and ctx.notes == []
+    assert cases.region_cost(ctx, "legacy", [16, 16, 32]) == 16
+    assert ctx.notes == ["legacy: empty record_function regions reported [16, 16, 32] B (the "
+                         "region's own cost); every region's bytes are corrected by 16 B"]

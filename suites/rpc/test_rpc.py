@@ -104,3 +104,22 @@ def test_the_gloo_echo_answers_each_message_and_stops_when_asked():
     echoed, (refused, stopped) = launch(gloo_echo_worker, 2, timeout_s=120)
     assert echoed == [[1.0] * 4, [2.0] * 4]
     assert refused == "a Gloo echo is already running" and stopped is True
+
+
+def test_bursts_pin_each_end_to_its_own_half_or_run_unpinned_on_one_core(monkeypatch):
+    """In bursts the caller and the callee each get half of this process's CPUs; a process
+    allowed one core has no halves, and the ends run unpinned, as sequential rounds do."""
+    from harness.cases import Context
+    from harness.running import duet
+    from suites.rpc import cases as rpc_cases
+
+    ctx = Context("cpu", "quick", {}, turns=object())
+    assert rpc_cases._own_cpus(Context("cpu", "quick", {})) is None  # not in bursts
+    monkeypatch.setattr(duet, "halves", lambda: ((0,), (1,)))
+    assert rpc_cases._own_cpus(ctx) == ((0,), (1,))
+
+    def one_core():
+        raise duet.DuetError("a duet needs two cores")
+
+    monkeypatch.setattr(duet, "halves", one_core)
+    assert rpc_cases._own_cpus(ctx) is None
