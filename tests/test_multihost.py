@@ -349,3 +349,43 @@ def test_node_0_says_which_cases_stay_on_one_host_and_refuses_bad_run_arguments(
     assert run.run_across_hosts(["--suite", "rpc", "--case", "nope"], cluster) == 2
     assert capsys.readouterr().err == ("release-bench: error: nothing to run: no case matches "
                                        "the given suite, case, skip and device\n")
+
+
+def test_a_host_that_does_not_announce_itself_or_report_is_named(monkeypatch):
+    """On loopback, in this process: node 1 never announces itself within the join's timeout,
+    and a host that never reports its share is a timeout for each of its ranks; an interface
+    without an IPv4 address, and a rendezvous port another listener holds, are one line."""
+    import socket
+    from types import SimpleNamespace
+
+    store, port = launch.bound_store(launch.LOOPBACK, 0, timeout_s=5)
+    with pytest.raises(nodes.NodeError, match=r"^nodes/1 never announced themselves within "
+                                              r"0\.5 s$"):
+        nodes.join(store, 0, 2, "lo", 0.5)
+
+    hosts = [nodes.Node(r, f"host{r}", "lo", launch.LOOPBACK) for r in (0, 1)]
+    share = nodes._RemoteShare(SimpleNamespace(nodes=hosts))
+    share.waiting[1] = ("node/1/job/1/report", [1, 3])
+    failures = share.silent(10.0)
+    assert [(f.rank, f.kind) for f in failures] == [(1, "timeout"), (3, "timeout")]
+    assert failures[0].message == (f"no report from host {hosts[1].label} within "
+                                   f"{10.0 + nodes.REPORT_MARGIN_S:g} s")
+    assert not share.pending()
+
+    only_v6 = [SimpleNamespace(family=socket.AF_INET6, address="::1")]
+    monkeypatch.setattr(nodes.psutil, "net_if_addrs", lambda: {"v6only0": only_v6})
+    with pytest.raises(nodes.NodeError, match="interface 'v6only0' has no IPv4 address"):
+        nodes.iface_address("v6only0")
+
+    plan = nodes.HostPlan(2, launch.LOOPBACK, port, "lo", 5.0, hosts_store=True)
+    with pytest.raises(nodes.NodeError, match=f"cannot host the rendezvous on "
+                                              f"127.0.0.1:{port}"):
+        nodes._host_rendezvous(plan)  # the store above holds the port
+    with pytest.raises(KeyboardInterrupt, match="signal SIGTERM"):
+        nodes._raise_interrupt(15, None)
+
+
+def test_a_launch_of_no_workers_is_refused_and_a_worker_without_a_log_has_no_tail(tmp_path):
+    with pytest.raises(ValueError, match="nprocs must be at least 1"):
+        launch.launch(print, 0)
+    assert launch._log_tail(tmp_path, 0) == ""

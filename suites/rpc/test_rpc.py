@@ -123,3 +123,21 @@ def test_bursts_pin_each_end_to_its_own_half_or_run_unpinned_on_one_core(monkeyp
 
     monkeypatch.setattr(duet, "halves", one_core)
     assert rpc_cases._own_cpus(ctx) is None
+
+
+@pytest.mark.distributed
+def test_a_new_gloo_path_replaces_the_last_and_this_process_holds_one_caller():
+    """Through this process's local peer: the peer runs one Gloo echo at a time, so a second
+    path closes the first; a second caller in the process is refused in one line."""
+    import torch
+
+    s = caller.current("cpu")
+    first = s.gloo_pingpong(torch.ones(4))
+    second = s.gloo_pingpong(torch.full((4,), 2.0))
+    assert not first.open and second.open
+    assert second().tolist() == [2.0] * 4
+    with pytest.raises(RuntimeError, match="a caller is already open in this process"):
+        with caller.client("cpu"):
+            pass
+    s.release()
+    assert not second.open
