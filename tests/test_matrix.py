@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -357,3 +358,86 @@ def test_a_matrix_of_one_environment_is_refused():
 
     with pytest.raises(CampaignError, match="at least two environments"):
         matrix.matrix([sys.executable], [], [], 2, Path("unused"), print)
+
+
+def test_a_half_built_environment_is_replaced_and_a_build_of_another_torch_leaves_nothing(
+        tmp_path, monkeypatch):
+    """`env create` over a folder a killed build left starts afresh; an environment whose
+    torch is not the version asked for (here: .venv's torch, reused, asked to be another
+    release) is refused in one line and removed."""
+    from harness.releases import envs
+
+    monkeypatch.setattr(envs, "ENVS", tmp_path / "envs")
+    other = "2.10.0" if TORCH != "2.10.0" else "2.11.0"
+    half = envs.env_dir(other)
+    (half / "bin").mkdir(parents=True)
+    (half / "left-by-a-killed-build").write_text("")
+    with pytest.raises(envs.EnvError, match=re.escape(
+            f"asked for torch {other}, the environment has {torch.__version__}")):
+        envs.create(other, reuse=VENV)
+    assert not half.exists()
+    with pytest.raises(envs.EnvError, match="neither a venv folder nor a Python"):
+        envs.create(other, reuse=tmp_path / "no-such-env")
+
+
+def test_building_an_environment_where_none_is_and_uvs_own_failures(tmp_path, monkeypatch):
+    """An environment is built only where none is and building is allowed; uv, where the
+    project's requirements did not install it, is found on PATH or is one line; an install
+    uv refuses is one line with all uv said kept; pip's index is passed on to uv."""
+    import builtins
+
+    from harness.releases import envs
+
+    monkeypatch.setattr(envs, "ENVS", tmp_path / "envs")
+    made, lines = [], []
+    monkeypatch.setattr(envs, "create", lambda version, **kw: made.append(version) or "env")
+    assert envs.get_or_create("2.10.0", True, False, lines.append) == ("env", True)
+    assert made == ["2.10.0"] and lines == ["torch 2.10.0: building its environment"]
+    with pytest.raises(envs.EnvError, match="no environment for torch 2.10.0"):
+        envs.get_or_create("2.10.0", False, False, lines.append)
+
+    assert envs.uv_cache_dir().is_absolute()
+    with pytest.raises(envs.InstallError, match="^the planted package: ") as e:
+        envs._uv_install(Path(sys.executable), ["--no-index", "release-bench-no-such-package"],
+                         "the planted package")
+    assert "release-bench-no-such-package" in e.value.output
+    asked = []
+    with monkeypatch.context() as m:  # what it asks of uv, without emptying this machine's cache
+        m.setattr(envs.subprocess, "run", lambda cmd, **kw: asked.append(cmd))
+        envs.forget_cached(("torch", "torchvision"))
+    assert asked == [[envs.uv_bin(), "cache", "clean", "torch", "torchvision"]]
+
+    monkeypatch.setattr(envs, "pip_config", lambda: {"index-url": ["https://pypi.org/simple"]})
+    assert envs.uv_options()[-2:] == ["--index-url", "https://pypi.org/simple"]
+
+    real_import = builtins.__import__
+
+    def without_uv(name, *args, **kwargs):
+        if name == "uv":
+            raise ImportError("No module named 'uv'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_uv)
+    monkeypatch.setattr(envs.shutil, "which", lambda _name: "/usr/local/bin/uv")
+    assert envs.uv_bin() == "/usr/local/bin/uv"
+    monkeypatch.setattr(envs.shutil, "which", lambda _name: None)
+    with pytest.raises(envs.EnvError, match=r"uv is not installed \(pip install uv\)"):
+        envs.uv_bin()
+
+
+def test_disk_in_use_counts_a_file_linked_twice_once_and_skips_one_gone_meanwhile(
+        tmp_path, monkeypatch):
+    from harness.releases import envs
+
+    (tmp_path / "a").write_bytes(b"x" * 1000)
+    (tmp_path / "b").hardlink_to(tmp_path / "a")
+    (tmp_path / "gone").write_bytes(b"y" * 500)
+    real = os.lstat
+
+    def lstat(path, *args, **kwargs):
+        if str(path).endswith("gone"):
+            raise FileNotFoundError(path)  # removed between the listing and its stat
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(envs.os, "lstat", lstat)
+    assert envs.disk_in_use(tmp_path) == real(tmp_path / "a").st_blocks * 512
