@@ -3,6 +3,7 @@ fails, with the rate, when its program aborts at exit in some processes."""
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 import time
@@ -126,3 +127,21 @@ def test_every_suites_clean_exit_case_fails_when_its_processes_abort(planted, su
     assert entry.outcome == "fail", entry.reason
     assert entry.checks and all("2/2 [" in c.detail and not c.passed
                                    for c in entry.checks)
+
+
+def test_a_leftover_that_ends_before_it_is_killed_is_counted_and_not_waited_for(monkeypatch):
+    """A process of the trial's group that exits between the listing and the kill: it was
+    left over all the same, and nothing waits for it; a pid that is gone has no group."""
+    class Ended:
+        pid = os.getpid()  # listed in this process's group
+
+        def kill(self):
+            raise psutil.NoSuchProcess(self.pid)
+
+        status = kill
+
+    monkeypatch.setattr(clean_exit.psutil, "process_iter", lambda _attrs: [Ended()])
+    t0 = time.monotonic()
+    assert clean_exit._leftovers(os.getpgid(0)) == 1
+    assert time.monotonic() - t0 < 1  # not the 10 s a process still dying gets
+    assert clean_exit._pgid(2**22 + 1) is None  # above Linux's largest pid

@@ -390,3 +390,28 @@ def test_a_kernel_without_cpu_frequency_or_affinity_is_a_reason_not_a_crash(monk
     summary = s.summary()
     assert "cpu_freq_mhz_min" not in summary["host"]
     assert summary["unavailable"]["cpu_freq"].startswith("unavailable: the kernel")
+
+
+def test_a_process_of_the_tree_that_ends_between_two_readings_is_left_out(monkeypatch):
+    """This process's tree is read while its children come and go: a child that ends
+    between listing it and reading it, or a tree that cannot be listed, is left out of the
+    tree's CPU and memory, never an error."""
+    import psutil
+
+    host = HostReader()
+
+    class Gone:
+        pid = 2**22 + 1  # above Linux's largest pid: no such process
+
+        def _gone(self, *args, **kwargs):
+            raise psutil.NoSuchProcess(self.pid)
+
+        cpu_percent = memory_info = children = _gone
+
+    host._tree = {Gone.pid: Gone()}
+    host._pids = frozenset(psutil.pids())
+    assert host._tree_cpu_percent() == 0.0 and Gone.pid not in host._tree
+    host._tree = {Gone.pid: Gone()}
+    assert host.tree_rss() == 0
+    host.me, host._pids = Gone(), frozenset()  # the process list changed: list the tree anew
+    assert host._tree_cpu_percent() == 0.0 and host._tree == {}

@@ -272,3 +272,39 @@ def test_a_side_that_gets_no_answer_or_whose_referee_is_gone_gets_one_clear_erro
         assert turns._read_line(ours, 1.0, "side A") == ""  # the referee left: the end
         with pytest.raises(turns.TurnsError, match="the referee is gone"):
             turns._send(ours, "done 0")
+
+
+def test_a_connection_reset_is_a_lost_connection_and_a_stranger_is_turned_away():
+    """A side whose referee vanished with a line unread gets 'connection lost'; the referee
+    reads a side that vanished with its answer unread as a side that left (during its turn:
+    dead), and closes a connection that does not say hello as a side."""
+    import socket
+    import time
+
+    ours, referees = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with ours:
+        ours.sendall(b"want\n")
+        referees.close()  # with our line unread: Linux resets the connection
+        with pytest.raises(turns.TurnsError, match=r"side A: connection lost \("):
+            turns._read_line(ours, 1.0, "side A")
+
+    with turns.Referee(timeout_s=10) as referee:
+        stranger = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        stranger.connect(referee.address)
+        stranger.sendall(b"GET / HTTP/1.0\n")
+        assert stranger.recv(1) == b""  # closed by the referee
+        stranger.close()
+        referee.ended(1, 0)  # B has ended: A's turns run alone, granted at once
+        side = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        side.connect(referee.address)
+        side.sendall(b"hello 0\nwant\n")
+        deadline = time.monotonic() + 10
+        while referee.state[0] != turns.State.IN_TURN:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.1)  # the grant is on its way to the side, which never reads it
+        side.close()
+        while referee.why[0] is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert referee.why[0] == "its measuring process left during turn 1"
