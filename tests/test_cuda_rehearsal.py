@@ -170,6 +170,24 @@ def test_nvml_readings(cuda_rehearsal):
     assert gpu["energy_method"] == "energy counter" and gpu["power_w_mean"] == 300
 
 
+def test_nvml_readings_fail_where_nvml_does_not_see_the_cuda_device(cuda_rehearsal,
+                                                                     monkeypatch):
+    """The GPU torch computes on must be one NVML reads: with NVML seeing only another GPU
+    (a CUDA_VISIBLE_DEVICES that NVML does not follow, say), the check fails, never n/a."""
+    import sys
+
+    from fake_pynvml import FakeGpu, FakeNvml
+
+    r = cuda_rehearsal("H200")
+    other = FakeGpu(name=r.gpu.name, uuid="GPU-99999999-0000-0000-0000-000000000000")
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml([other]))
+    entry = r.run(telemetry.suite, "nvml_readings", side=64)
+    assert entry.outcome == "fail", entry.reason
+    (failed,) = [c for c in entry.checks if c.failed]
+    assert failed.name == "the CUDA device is among NVML's visible GPUs"
+    assert failed.detail == f"GPU-{r.gpu.uuid}"
+
+
 def test_sampling_overhead(cuda_rehearsal):
     r = cuda_rehearsal("H200")
     entry = r.run(telemetry.suite, "sampling_overhead", {"interval_s": 0.1}, side=64,
