@@ -229,3 +229,48 @@ def test_free_port_is_bindable_on_loopback():
     port = free_port()
     with socket.socket() as s:
         s.bind((LOOPBACK, port))
+
+
+def ignore_sigterm_and_sleep():
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(120)
+
+
+def test_a_worker_that_ignores_sigterm_is_killed_and_an_interrupt_does_not_cut_reaping_short(
+        monkeypatch):
+    """Reaping ends a worker that ignores SIGTERM with SIGKILL; a Ctrl-C that lands while
+    reaping lets it finish first and is raised after; a process that ended meanwhile is
+    neither running nor an error to kill."""
+    import multiprocessing as mp
+
+    from harness.running import launch as launching
+
+    p = mp.get_context("spawn").Process(target=ignore_sigterm_and_sleep)
+    p.start()
+    time.sleep(1.0)  # past its start: SIGTERM is ignored from here
+    launching._reap([p])
+    assert not p.is_alive() and p.exitcode == -signal.SIGKILL
+
+    calls = []
+
+    def reap(procs):
+        calls.append(procs)
+        if len(calls) == 1:
+            raise KeyboardInterrupt("signal SIGTERM")
+
+    monkeypatch.setattr(launching, "_reap", reap)
+    with pytest.raises(KeyboardInterrupt, match="signal SIGTERM"):
+        launching._reap_through_interrupts(["worker"])
+    assert calls == [["worker"], ["worker"]]  # reaped to the end, then the interrupt
+
+    gone = 2**22 + 1  # above Linux's largest pid
+    assert launching.still_running([gone]) == []
+    killed = []
+
+    def kill(pid, sig):
+        killed.append(pid)
+        raise ProcessLookupError(pid)  # it ended between the check and the kill
+
+    monkeypatch.setattr(launching.os, "kill", kill)
+    launching.kill_leftovers([os.getpid()])
+    assert killed == [os.getpid()]
