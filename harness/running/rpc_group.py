@@ -38,6 +38,34 @@ class Membership:
         self.leave = "skip" if skip_shutdown else "now"
 
 
+@dataclass(frozen=True)
+class RpcCounts:
+    """What torch counts per process to keep apart the groups a process joins one after
+    another: its init_rpc calls (each call's keys go under the store prefix `rpc_prefix_<n>`)
+    and, by the group's worker names, its all-gathers (init and graceful shutdown each make
+    some; a gather's id is the names and their count). Two processes meet in a group only
+    where both counts agree: a peer started fresh for a process that has been in a group
+    before must take that process's counts (`counts`, then `take`), or each waits for the
+    other under another key (init_rpc forever; a gather until its RPC timeout). A torch
+    without these counters keeps no such apart."""
+
+    inits: int
+    gathers: dict[str, int]
+
+    @staticmethod
+    def counts() -> RpcCounts:
+        """This process's counts."""
+        return RpcCounts(getattr(rpc, "_init_counter", 0),
+                         dict(getattr(rpc.api, "_all_gather_sequence_id", {})))
+
+    def take(self) -> None:
+        """Make them this (fresh) process's counts."""
+        if hasattr(rpc, "_init_counter"):
+            rpc._init_counter = self.inits
+        if hasattr(rpc.api, "_all_gather_sequence_id"):
+            rpc.api._all_gather_sequence_id.update(self.gathers)
+
+
 def rendezvous_url(port: int = 0) -> str:
     """The launcher's store (or the one at `port` on the same address)."""
     host = os.environ.get("MASTER_ADDR", launch.LOOPBACK)

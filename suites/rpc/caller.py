@@ -211,19 +211,40 @@ def current(device: str) -> Caller:
 # --- a peer for this process -----------------------------------------------------------------
 
 
-def serve_peer(_rank: int, _world: int, spec: GroupSpec, parent_pid: int) -> None:
-    """Launched worker: be worker1 of this process's group and serve until it leaves."""
+_leaving = threading.Event()
+LEAVE_GRACE_S = 0.5
+
+
+def _leave_now() -> None:
+    """The local peer's parent, through RPC: the peer leaves the group (see serve_peer)."""
+    _leaving.set()
+
+
+def serve_peer(_rank: int, _world: int, spec: GroupSpec, parent_pid: int,
+               parent_counts: rpc_group.RpcCounts) -> None:
+    """Launched worker: be worker1 of this process's group and serve until the parent says
+    to leave (`_leave_now`). `parent_counts`: the parent's RPC counts before this group,
+    taken as this process's own (`rpc_group.RpcCounts`: else a peer started after an earlier
+    one, another device's say, never meets its parent).
+
+    Both leave at once, not gracefully: a graceful shutdown ends in a barrier whose keys
+    torch numbers per process in C++ (`READY_ID_<n>`), which a fresh peer cannot match to a
+    parent that has been in a group before; both would wait for each other's key."""
 
     def watch_parent() -> None:
-        # If the parent dies without leaving the group, a graceful shutdown would wait for
-        # it forever: end this process instead.
+        # If the parent dies without saying so, nothing would end this process: end it.
         while os.getppid() == parent_pid:
             time.sleep(1.0)
         os._exit(3)
 
     threading.Thread(target=watch_parent, daemon=True).start()
-    with joined(1, 2, spec):
-        pass
+    parent_counts.take()
+    with joined(1, 2, spec) as member:
+        member.abandon()
+        _leaving.wait()
+        # `_leave_now`'s answer is still on its way out: leaving now would drop it, and the
+        # parent would read the closed pipe as an error
+        time.sleep(LEAVE_GRACE_S)
 
 
 class LocalPeer:
@@ -238,12 +259,15 @@ class LocalPeer:
         self.saved_env = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         self.error: BaseException | None = None
+        # read before this process joins: the counts both processes file this group under
+        self.rpc_counts = rpc_group.RpcCounts.counts()
         self.thread = threading.Thread(target=self._serve, args=(timeout_s,), daemon=True,
                                        name="rpc-local-peer")
         self.thread.start()
         self.stack = contextlib.ExitStack()
         try:
-            self.stack.enter_context(joined(0, 2, self.spec))
+            self.member = self.stack.enter_context(joined(0, 2, self.spec))
+            self.stack.callback(self._leave)  # after the caller's paths close, before leaving
             self.caller = self.stack.enter_context(client(device))
         except BaseException:
             self.stack.close()
@@ -251,10 +275,17 @@ class LocalPeer:
 
     def _serve(self, timeout_s: float) -> None:
         try:
-            launch.launch(serve_peer, 1, (self.spec, os.getpid()), timeout_s=timeout_s,
+            launch.launch(serve_peer, 1, (self.spec, os.getpid(), self.rpc_counts),
+                          timeout_s=timeout_s,
                           label="rpc peer", store_port=self.spec.port)
         except BaseException as e:  # kept for close(), which reports it
             self.error = e
+
+    def _leave(self) -> None:
+        """Tell the peer to leave, then leave too, both at once (see serve_peer)."""
+        self.member.abandon()
+        with contextlib.suppress(RuntimeError):  # the peer left already: what was asked
+            rpc.rpc_sync(worker_name(1), _leave_now, timeout=30)
 
     def close(self) -> None:
         self.stack.close()

@@ -141,3 +141,30 @@ def test_a_new_gloo_path_replaces_the_last_and_this_process_holds_one_caller():
             pass
     s.release()
     assert not second.open
+
+
+@pytest.mark.distributed
+def test_a_local_peer_started_after_another_in_one_process_joins_and_leaves(tmp_path):
+    """Two local peers, one after the other, in one process (as a GPU machine's pytest runs
+    the CPU workloads, then the CUDA ones): each joins, echoes, and leaves in seconds. torch
+    counts groups per process, so a fresh peer of a parent that has been in a group used to
+    wait for it forever."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    script = tmp_path / "two_peers.py"
+    script.write_text(
+        "import torch\n"
+        "from suites.rpc import caller\n"
+        "if __name__ == '__main__':\n"
+        "    for value in (1.0, 2.0):\n"
+        "        echoed = caller.current('cpu').gloo_pingpong(torch.full((4,), value))()\n"
+        "        print(echoed.tolist(), flush=True)\n"
+        "        caller.close_local()\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         cwd=root, timeout=120, env=os.environ | {"PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines() == [str([1.0] * 4), str([2.0] * 4)]
