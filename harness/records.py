@@ -29,7 +29,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -473,9 +473,6 @@ class Run:
     @property
     def torch_version(self) -> str | None:
         return (self.machine.get("torch") or {}).get("version")
-
-    def __iter__(self) -> Iterator[Result]:
-        return iter(self.results)
 
     def with_result(self, result: Result) -> Run:
         return replace(self, results=(*self.results, result))

@@ -231,8 +231,9 @@ def test_free_port_is_bindable_on_loopback():
         s.bind((LOOPBACK, port))
 
 
-def ignore_sigterm_and_sleep():
+def ignore_sigterm_and_sleep(ready):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
     time.sleep(120)
 
 
@@ -245,9 +246,11 @@ def test_a_worker_that_ignores_sigterm_is_killed_and_an_interrupt_does_not_cut_r
 
     from harness.running import launch as launching
 
-    p = mp.get_context("spawn").Process(target=ignore_sigterm_and_sleep)
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    p = ctx.Process(target=ignore_sigterm_and_sleep, args=(ready,))
     p.start()
-    time.sleep(1.0)  # past its start: SIGTERM is ignored from here
+    assert ready.wait(60)  # SIGTERM is ignored from here
     launching._reap([p])
     assert not p.is_alive() and p.exitcode == -signal.SIGKILL
 

@@ -91,7 +91,12 @@ def test_a_machine_without_cpuinfo_git_or_torch_backends_cpu_is_still_fingerprin
 def test_a_torch_without_torch_backends_cpu_says_its_capability_from_its_build_text(
         monkeypatch):
     """Before torch 2.0 only the build's configuration text named the vector instructions
-    its kernels use: the same answer as today's API."""
-    today = machine.cpu_capability()
-    monkeypatch.delattr(torch.backends, "cpu")
-    assert machine.cpu_capability() == today
+    its kernels use; a text that does not name them is no answer."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(machine.torch, "backends", SimpleNamespace())  # no .cpu
+    monkeypatch.setattr(machine.torch.__config__, "show",
+                        lambda: "  - CPU capability usage: AVX512\n  - Build settings: ...")
+    assert machine.cpu_capability() == "AVX512"
+    monkeypatch.setattr(machine.torch.__config__, "show", lambda: "  - Build settings: ...")
+    assert machine.cpu_capability() is None

@@ -179,7 +179,8 @@ def test_asvs_step_detection_names_the_build_a_step_came_with(tmp_path):
 def test_asv_compare_that_fails_is_one_line_naming_asvs_last_words(tmp_path):
     from harness.comparing.campaign import CampaignError
 
-    with pytest.raises(CampaignError, match=r"^asv compare: .*missing\.json"):
+    with pytest.raises(CampaignError, match=r"^asv compare: Config file .*missing\.json not "
+                                            r"found\.$"):
         nightly.asv_compare(tmp_path / "missing.json", "m", "a" * 40, "b" * 40)
 
 

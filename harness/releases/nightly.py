@@ -189,8 +189,9 @@ def asv_compare(conf: Path, machine: str, a: str, b: str) -> list[dict]:
     out = subprocess.run([asv_bin(), "compare", "--config", str(conf), "--machine", machine,
                           "--factor", "1.1", "--split", a, b], capture_output=True, text=True,
                          timeout=600, cwd=campaign.ROOT)
-    if out.returncode != 0:
-        raise CampaignError(f"asv compare: {(out.stderr.strip().splitlines() or ['failed'])[-1]}")
+    if out.returncode != 0:  # asv says why on stdout ("· Config file ... not found.")
+        said = (out.stderr.strip() or out.stdout.strip() or "failed").splitlines()[-1]
+        raise CampaignError(f"asv compare: {said.lstrip('· ')}")
     return compare_rows(out.stdout)
 
 

@@ -295,8 +295,8 @@ class LocalPeer:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        # The store goes only once the peer has gone: the peer's graceful shutdown ends in a
-        # barrier through it (see `joined`), and a store closed under a slower peer resets it.
+        # The store goes only once the peer has gone: a store closed under a peer still
+        # leaving its group resets the peer's connection to it.
         if not self.thread.is_alive():
             self.store = None
         if self.error is not None:
