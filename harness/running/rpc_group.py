@@ -52,11 +52,11 @@ class RpcCounts:
     inits: int
     gathers: dict[str, int]
 
-    @staticmethod
-    def counts() -> RpcCounts:
+    @classmethod
+    def counts(cls) -> RpcCounts:
         """This process's counts."""
-        return RpcCounts(getattr(rpc, "_init_counter", 0),
-                         dict(getattr(rpc.api, "_all_gather_sequence_id", {})))
+        return cls(getattr(rpc, "_init_counter", 0),
+                   dict(getattr(rpc.api, "_all_gather_sequence_id", {})))
 
     def take(self) -> None:
         """Make them this (fresh) process's counts."""
