@@ -234,3 +234,23 @@ def _check_the_ab_folder(where: Path, rounds: int) -> None:
                            timeout=300)
     assert again.returncode == 0, again.stderr
     assert json.loads((where / "comparison.json").read_text())["changes"] == cmp["changes"]
+
+
+def test_a_calibration_holds_no_spread_for_a_figure_without_a_relative_one():
+    """A count, and a figure that reads zero in a round (a time below the clock's resolution),
+    have no spread of log ratios: the calibration leaves them out rather than holding a
+    spread of nothing, and still calibrates the case's other figures."""
+    rng = np.random.default_rng(5)
+    runs = {"a": [], "b": []}
+    for side in runs.values():
+        for r in range(6):
+            ctx = Context("cpu", "quick", {})
+            ctx.metric("t", float(rng.lognormal(0, 0.05)), "s", kind="time", better="lower")
+            ctx.metric("events", 120.0, "events", kind="count")
+            ctx.metric("gap", 0.0 if r == 3 else 1e-6, "s", kind="time", better="lower")
+            result = records.Result("s", "c", "pass", device="cpu",
+                                    metrics=tuple(m.record() for m in ctx.metrics))
+            side.append(records.new_run(MACHINE, "quick").with_result(result))
+    cal = calibrate.measure(runs["a"], runs["b"], MACHINE, ["s.c"], 5, {"rounds": 6})
+    assert {key.name for (_case, key) in cal.figures} == {"t"}
+    assert cal.figures[(records.CaseKey("s", "c", "cpu"), records.MetricKey.of("t"))].df == 5

@@ -1218,3 +1218,31 @@ def test_merging_the_rounds_of_a_side_that_ran_nothing_is_one_clear_error():
 
     with pytest.raises(campaign.CampaignError, match="ab: no rounds to merge"):
         campaign.merge_runs([], "ab")
+
+
+def test_a_figure_whose_rounds_hold_a_zero_or_that_the_rounds_lack_is_unverified():
+    """ab's rounds give a spread between runs only to figures they hold and whose values are
+    all above zero (log ratios): a figure read as zero in one round, or one the rounds did not
+    record, is unverified rather than judged against a spread of the others."""
+    rng = np.random.default_rng(11)
+    a_rounds, b_rounds = [1.0, 1.01, 0.99, 1.0], [1.3, 1.31, 1.29, 1.3]
+    a = _run([_metric("t", _samples(rng, 1.0)), _metric("z", _samples(rng, 1.0)),
+              _metric("gone", _samples(rng, 1.0))])
+    b = _run([_metric("t", _samples(rng, 1.3)), _metric("z", _samples(rng, 1.3)),
+              _metric("gone", _samples(rng, 1.3))])
+    key = a.results[0].case_key
+    reps = {(key, records.MetricKey.of("t")): compare.RoundValues(a_rounds, b_rounds),
+            (key, records.MetricKey.of("z")): compare.RoundValues([0.0, *a_rounds[1:]],
+                                                                  b_rounds)}
+    got = {c.metric: c for c in compare.compare_runs(a, b, compare.AB_THRESHOLDS,
+                                                     replicates=reps)}
+    assert got["t"].verdict == "regression", got["t"].why
+    for name in ("z", "gone"):
+        assert got[name].verdict == "unverified", (name, got[name].why)
+        assert "spread between runs is unknown" in got[name].why
+
+
+def test_a_kind_no_tolerance_covers_or_a_figure_without_a_baseline_has_no_allowed_band():
+    assert compare._allowed("time", 2.0, {"time": 0.05}) == pytest.approx(0.1)
+    assert compare._allowed("no-such-kind", 2.0, {"time": 0.05}) is None
+    assert compare._allowed("time", None, {"time": 0.05}) is None

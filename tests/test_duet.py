@@ -204,3 +204,22 @@ def test_ab_duet_runs_both_sides_at_once_on_swapped_cpus(tmp_path):
                            cwd=ROOT, timeout=300)
     assert again.returncode in (0, 1), again.stderr
     assert json.loads((where / "comparison.json").read_text())["changes"] == cmp["changes"]
+
+
+def test_a_duet_round_whose_side_writes_no_run_ends_with_an_error_naming_it(tmp_path):
+    """Campaign's duet round with stand-in sides that exit at once, writing nothing: the round
+    ends with one error naming the side and its log (no wait for a run that never comes), and
+    leaves no barrier behind."""
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho 'ImportError: a broken build' >&2\nexit 3\n")
+    python.chmod(0o755)
+    sides = [campaign.Side(k, f"side-{k}", python, "2.13.0") for k in ("A", "B")]
+    unit = campaign.Unit("profiler", ("overhead",), benchmark=True,
+                         design=campaign.Design.DUET)
+    run = campaign.Campaign(tmp_path / "ab", sides, [unit], [], lambda s: None)
+    with pytest.raises(campaign.CampaignError,
+                       match=r"^side-A \(torch 2\.13\.0\) wrote no run for profiler\.overhead; "
+                             r"see .*side-A\.log$"):
+        run.run(campaign.plan([unit], 2, {unit.name: 1}))
+    assert "a broken build" in (tmp_path / "ab" / "logs" / "side-A.log").read_text()
+    assert not (tmp_path / "ab" / "barriers").exists()

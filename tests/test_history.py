@@ -476,3 +476,146 @@ def test_a_metric_is_named_as_the_output_writes_it():
     for bad in ("time[n=1", "p50 us", ""):
         with pytest.raises(ValueError, match=r"is not a metric \(NAME or NAME\[label=value"):
             bisect.parse_metric(bad)
+
+
+# ---------------------------------------------------------------- building on the way
+
+def _built_env(tmp_path: Path, version: str) -> envs.TorchEnv:
+    return envs.TorchEnv(version=version, path=str(tmp_path / version), torch=version,
+                         torchvision=None, cuda=None, python="3.11.7", built_s=60.0,
+                         disk_bytes=2**31, added_bytes=2**30)
+
+
+def test_the_history_counts_what_it_built_and_with_discard_removes_it_even_after_a_failure(
+        monkeypatch, tmp_path):
+    """Each release built for the history adds its disk to the sum the command prints; with
+    --discard its environment and uv's cached torch go after its record, also when recording
+    failed (the disk is freed however the release ended)."""
+    from harness.comparing.campaign import CampaignError
+    from harness.releases import history
+
+    removed: list[str] = []
+    forgotten: list[tuple] = []
+    monkeypatch.setattr(envs, "get_or_create",
+                        lambda version, *a: (_built_env(tmp_path, version), True))
+    monkeypatch.setattr(envs, "remove", removed.append)
+    monkeypatch.setattr(envs, "forget_cached", forgotten.append)
+
+    def record_release(version, *args):
+        if version == "2.13.0":
+            raise CampaignError("torch 2.13.0: the run wrote no record")
+        return {"release": version, "wall_s": 1.0}
+
+    monkeypatch.setattr(history, "record_release", record_release)
+    folder = tmp_path / "history"
+    done = history.history(["2.12.0"], folder, [], [], [], tmp_path, None, lambda s: None,
+                           discard=True)
+    assert done["built"] == ["2.12.0"] and done["added_bytes"] == 2**30
+    assert done["recorded"] == ["2.12.0"] and (folder / "torch-2.12.0.json").exists()
+    assert removed == ["2.12.0"] and forgotten == [("torch", "torchvision")]
+    with pytest.raises(CampaignError, match="wrote no record"):
+        history.history(["2.13.0"], folder, [], [], [], tmp_path, None, lambda s: None,
+                        discard=True)
+    assert removed == ["2.12.0", "2.13.0"] and not (folder / "torch-2.13.0.json").exists()
+    # without --discard, what was built stays
+    history.history(["2.14.1"], folder, [], [], [], tmp_path, None, lambda s: None)
+    assert removed == ["2.12.0", "2.13.0"]
+
+
+def test_history_and_bisect_say_a_failed_campaign_in_one_line(monkeypatch, tmp_path, capsys):
+    """A release whose run fails (CampaignError) or whose environment cannot be built
+    (EnvError) ends `history` and `bisect` with one line and exit 2; `history` without
+    releases takes every environment built."""
+    from harness.comparing.campaign import CampaignError
+    from harness.releases import history
+
+    monkeypatch.setattr(envs, "ENVS", tmp_path / "envs")
+    for version in ("2.12.0", "2.13.0"):
+        fake_release(tmp_path / "envs", version)
+    asked: list[list[str]] = []
+
+    def fails(versions, *args, **kwargs):
+        asked.append(versions)
+        raise CampaignError(f"torch {versions[0]}: the run wrote no record")
+
+    monkeypatch.setattr(history, "history", fails)
+    line = _refused(capsys, "history", "--no-build", "--out", str(tmp_path / "h"))
+    assert line == "release-bench: error: history: torch 2.12.0: the run wrote no record"
+    assert asked == [["2.12.0", "2.13.0"]]
+
+    def cannot_build(*args, **kwargs):
+        raise envs.EnvError("torch 2.13.0 cannot be installed: no space left")
+
+    monkeypatch.setattr(bisect, "bisect_outcome", cannot_build)
+    assert cli.main(["bisect", "2.12.0", "2.13.0", "--case", "fork_wait/eager_fork_is_serial",
+                     "--no-build", "--out", str(tmp_path / "b")]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert said == ["bisecting 2 releases: 2.12.0 2.13.0", "release-bench: error: bisect: "
+                    "torch 2.13.0 cannot be installed: no space left"]
+
+
+def test_bisect_counts_the_environments_it_built_and_a_release_that_ran_no_case_is_an_error(
+        monkeypatch, tmp_path):
+    """bisect's record lists the releases it had to build; a release whose run recorded none
+    of the case's parametrizations (the case skipped by name, or not in that release's
+    suites) stops the bisection with one error rather than being taken as a state."""
+    monkeypatch.setattr(envs, "get_or_create",
+                        lambda version, *a: (_built_env(tmp_path, version), version == "2.13.0"))
+    built: list[str] = []
+    for version in ("2.12.0", "2.13.0"):
+        assert bisect._env(version, True, False, lambda s: None, built).version == version
+    assert built == ["2.13.0"]
+    ran = {"fork_wait/scripted_fork_scales[cpu]": {"outcome": "pass", "warnings": [],
+                                                   "reason": ""}}
+    monkeypatch.setattr(bisect.campaign, "run_alone", lambda *a: None)
+    monkeypatch.setattr(bisect.campaign, "new_folder", lambda *a: tmp_path)
+    monkeypatch.setattr(bisect.matrix, "summarize_side", lambda side: {"cases": ran})
+    assert bisect._state("2.12.0", Path("py"), None, "fork_wait/scripted_fork_scales",
+                         tmp_path, print) == {
+        "fork_wait/scripted_fork_scales[cpu]": {"outcome": "pass", "warnings": []}}
+    with pytest.raises(bisect.CampaignError, match=r"torch 2\.12\.0 ran no "
+                                                   r"fork_wait/eager_fork_is_serial$"):
+        bisect._state("2.12.0", Path("py"), None, "fork_wait/eager_fork_is_serial", tmp_path,
+                      print)
+
+
+def test_an_environment_built_without_torchvision_from_the_registry_says_why(
+        monkeypatch, tmp_path):
+    """`env create --without-torchvision` of a registry release: torch and the base
+    requirements are installed without torchvision, and the environment's record says it was
+    left out on request. (uv stands in for the registry: the "install" puts .venv's packages
+    on the new environment's path.)"""
+    monkeypatch.setattr(envs, "ENVS", tmp_path / "envs")
+    monkeypatch.setattr(envs, "registry_versions", lambda: [TORCH])
+    monkeypatch.setattr(envs, "uv_cache_dir", lambda: tmp_path / "uv-cache")
+    monkeypatch.setattr(envs, "pip_config", lambda: {})
+    installs: list[list[str]] = []
+
+    def install(python, args, what):
+        installs.append(args)
+        if f"torch=={TORCH}" in args:
+            (envs._site_packages(python) / "release_bench_reuse.pth").write_text(
+                "".join(f"{p}\n" for p in envs._import_path(Path(sys.executable))))
+
+    monkeypatch.setattr(envs, "_uv_install", install)
+    env = envs.create(TORCH, torchvision=False)
+    torch_install, project = installs
+    assert f"torch=={TORCH}" in torch_install and "torchvision" not in torch_install
+    assert project[-2:] == ["-e", str(ROOT)]
+    assert env.torchvision is None and env.without_torchvision_why == "--without-torchvision"
+    assert env.torch == torch.__version__ and env.reuses is None
+    assert envs.get(TORCH).without_torchvision_why == "--without-torchvision"
+
+
+def test_a_release_notes_module_that_fails_to_import_is_an_error_not_a_suite_without_examples(
+        monkeypatch):
+    """A suite without a release_notes module has no examples; one whose module exists but
+    cannot import (a package it needs is missing) raises, rather than passing as none."""
+    def import_module(name):
+        raise ModuleNotFoundError("No module named 'torchvision'", name="torchvision")
+
+    monkeypatch.setattr(api_record.importlib, "import_module", import_module)
+    with pytest.raises(ModuleNotFoundError, match="torchvision"):
+        api_record.load("amp")
+    monkeypatch.undo()
+    assert api_record.load("telemetry") == []  # no release_notes module: no examples

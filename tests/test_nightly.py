@@ -494,3 +494,55 @@ def test_a_part_of_a_night_that_fails_is_said_and_the_nights_other_parts_still_r
     assert "  gate: amp/gemm_ladder[cpu n=256] tflops: regression x0.800" in out
     assert (f"  asv step: fork_wait.asv_bench.SerialTime.time_serial 2.12.0 -> {VENV.name}: "
             "1 -> 1.5") in out
+
+
+def test_a_night_without_a_headline_benchmark_has_no_gate_and_a_night_that_cannot_run_stops(
+        tmp_path, monkeypatch, capsys):
+    """Suites with no tracked benchmark (telemetry) give the gate nothing to compare: each night
+    says so and no ab runs. A night whose conformance run fails (CampaignError) ends the
+    command in one line, exit 2, and the rehearsal's record keeps the nights before it."""
+    from harness.comparing.campaign import CampaignError
+    from harness.presenting import asv_dashboard
+
+    night = iter(range(1, 4))
+    n = 0
+
+    def identity(_python):
+        nonlocal n
+        n = next(night)
+        return f"2.1{n}.0+cpu", f"g{n}"
+
+    def conformance(tonight, *_args):
+        if n == 3:
+            raise CampaignError(f"{tonight.label}: the conformance run wrote no record")
+        return {"schema": "release-bench-history/1", "release": tonight.label,
+                "torch": f"2.1{n}.0+cpu", "torchvision": None, "without_torchvision": None,
+                "env": None, "project": {"commit": "abc"}, "build": {},
+                "machine": {"name": "m", "cpu": "c"}, "recorded": "2026-12-05", "wall_s": 1.0,
+                "api": [], "cases": {}, "expectations": None}
+
+    def gate(*_args):
+        raise AssertionError("the gate ran without a benchmark")
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(ledger, "torch_identity", identity)
+    monkeypatch.setattr(nightly, "conformance", conformance)
+    monkeypatch.setattr(nightly, "gate", gate)
+    monkeypatch.setattr(nightly, "asv_run", lambda *_args: 0)
+    monkeypatch.setattr(nightly, "asv_compare", lambda *_args: [])
+    monkeypatch.setattr(nightly, "keep_tracked", lambda _results: [])
+    monkeypatch.setattr(nightly, "asv_regressions", lambda *_args: [])
+    monkeypatch.setattr(asv_dashboard, "publish", lambda config: tmp_path / "n" / "asv" / "html")
+    python = str(VENV)
+    status = cli.main(["nightly", python, python, python, "--rehearse", "--dir",
+                       str(tmp_path / "n"), "--record", str(tmp_path / "rec"), "--suite",
+                       "telemetry", "--no-registry-dates", "--calibration", "none"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2
+    assert err[-1] == (f"release-bench: error: nightly: {VENV.name}: the conformance run "
+                       "wrote no record"), err
+    assert "gate: the first night has no previous build to compare with" in err
+    assert "gate: no benchmark selected" in err
+    first, second = nightly.read_nights(tmp_path / "rec")
+    assert first["gate"] is None and second["gate"] is None
+    assert first["selection"]["gate"] == [] and second["status"] == "green"

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -105,3 +106,16 @@ summary = "aborts at exit"
         _verdict_of(monkeypatch, _result("fail", WRONG, reason="aborted"), entries=entry)
     with pytest.raises(AssertionError, match="unexpected-fail"):  # the same, with no entry
         _verdict_of(monkeypatch, _result("fail", WRONG, reason="aborted"))
+
+
+def test_a_cuda_workload_without_cuda_is_skipped_saying_why_before_it_builds(monkeypatch):
+    """The gpu mark skips CUDA workloads at collection (conftest.py); run without that hook
+    (a suite's test file in another project), the workload itself skips before building
+    anything on a device that is not there."""
+    built = []
+    workload = SimpleNamespace(build=lambda *a, **k: built.append(a), suite="s", name="w")
+    monkeypatch.setattr(pytest_adapter.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(pytest.skip.Exception, match="CUDA is not available on this machine"), \
+            pytest_adapter._benchmarked(None, workload, "cuda", {}):
+        pass
+    assert built == []

@@ -257,3 +257,30 @@ def test_asv_vendor_fills_the_cache_or_says_what_it_could_not_fetch(tmp_path, mo
     packages = {(n, v) for n, v, _ in asv_dashboard.CDN_FILES.values()}
     assert len(lines) == len(packages) and all(
         line.startswith("release-bench: asv-vendor: ") and "is not in" in line for line in lines)
+
+
+def test_asv_vendor_downloads_what_the_cache_lacks_and_names_each_package_it_could_not_get(
+        tmp_path, monkeypatch):
+    """`release-bench asv-vendor` against a registry on loopback that serves one package (the
+    tarball the cache holds, copied): it lands in the empty cache whole, and each other
+    package is one line naming it and the registry's answer; a second fetch downloads nothing
+    more."""
+    from harness.presenting import asv_dashboard
+
+    monkeypatch.delenv(asv_dashboard.NO_DOWNLOAD_ENV)
+    source = asv_dashboard.vendor_cache() / "jquery-3.3.1.tgz"  # `make test` filled the cache
+    registry = tmp_path / "registry"
+    (registry / "jquery" / "-").mkdir(parents=True)
+    (registry / "jquery" / "-" / source.name).write_bytes(source.read_bytes())
+    cache = tmp_path / "cache"
+    packages = {(n, v) for n, v, _ in asv_dashboard.CDN_FILES.values()}
+    with served(registry) as url:
+        monkeypatch.setattr(asv_dashboard, "NPM_REGISTRY", url)
+        problems = asv_dashboard.fetch(cache)
+        assert [p.split(":")[0] for p in problems] == sorted(
+            f"{n} {v}" for n, v in packages if n != "jquery")
+        assert all("HTTPError: HTTP Error 404" in p for p in problems), problems
+        assert [p.name for p in cache.iterdir()] == [source.name]
+        assert (cache / source.name).read_bytes() == source.read_bytes()
+        (registry / "jquery" / "-" / source.name).unlink()  # served no longer: not asked for
+        assert len(asv_dashboard.fetch(cache)) == len(problems)

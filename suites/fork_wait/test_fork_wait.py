@@ -28,3 +28,21 @@ def test_the_asv_module_runs_on_one_thread_and_lets_the_forked_tasks_settle(monk
     t0 = time.monotonic()
     asv_bench.teardown()
     assert time.monotonic() - t0 >= asv_bench.SETTLE_S
+
+
+def test_the_release_notes_scripted_example_checks_its_answer_as_plain_python(monkeypatch):
+    """The 1.6 example's scripted body, run as Python (TorchScript off, as PYTORCH_JIT=0 does:
+    fork then runs each task at once): it gives the notes' -100, and a `foo` that does not
+    negate makes the example fail, saying what it gave."""
+    import torch.jit._state
+
+    from harness.releases import api_record
+    from suites.fork_wait import release_notes
+
+    (example,) = [e for e in api_record.load("fork_wait")
+                  if e.func is release_notes.scripted_fork_wait]
+    monkeypatch.setattr(torch.jit._state._enabled, "enabled", False)  # restored after
+    assert api_record.run(example)["status"] in ("works", "warns")
+    monkeypatch.setattr(release_notes, "foo", torch.abs)
+    got = api_record.run(example)
+    assert got["status"] == "fails" and "gave 100" in got["reason"], got

@@ -203,3 +203,47 @@ def test_an_empty_region_that_reports_bytes_is_a_note_and_the_correction():
     assert cases.region_cost(ctx, "legacy", [16, 16, 32]) == 16
     assert ctx.notes == ["legacy: empty record_function regions reported [16, 16, 32] B (the "
                          "region's own cost); every region's bytes are corrected by 16 B"]
+
+
+def test_the_clock_source_is_the_kernels_or_none_where_it_does_not_say(monkeypatch, tmp_path):
+    said = tmp_path / "current_clocksource"
+    said.write_text("kvm-clock\n")
+    monkeypatch.setattr(truth, "CLOCKSOURCE", said)
+    assert truth.clocksource() == "kvm-clock"
+    monkeypatch.setattr(truth, "CLOCKSOURCE", tmp_path / "no-sysfs-here")
+    assert truth.clocksource() is None
+
+
+def test_a_region_the_profiler_did_not_record_is_the_profilers_failure():
+    """The checks read the regions they ran by name; one missing from the profile is
+    FeatureAbsent naming the API and the region, never a check passed over nothing."""
+    with torch.profiler.profile() as prof, torch.profiler.record_function("ran"):
+        torch.ones(4).sum()
+    assert set(apis.regions(prof, {"ran"})) == {"ran"}
+    with pytest.raises(apis.FeatureAbsent, match=r"torch\.profiler\.profile.*recorded 1 of the "
+                                                 r"2 regions run; none of \['never_ran'\]"):
+        apis.regions(prof, ["ran", "never_ran"])
+
+
+def test_the_1_6_device_switch_example_runs_where_profile_takes_use_cuda(monkeypatch):
+    """profile(use_cuda=...) is gone from today's torch (the example fails there, which the
+    history records); in a torch that takes it, as 1.6 to 2.13 did (stood in: a profile that
+    accepts the switch), the example runs and its memory table is read."""
+    import torch.autograd.profiler as profiler
+
+    from harness.releases import api_record
+    from suites.profiler import release_notes
+
+    (example,) = [e for e in api_record.load("profiler")
+                  if e.func is release_notes.autograd_profiler_use_cuda_switch]
+    switched = []
+
+    class OlderProfile(profiler.profile):
+        def __init__(self, *args, use_cuda: bool = False, **kwargs):
+            switched.append(use_cuda)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(profiler, "profile", OlderProfile)
+    got = api_record.run(example)
+    assert got["status"] in ("works", "warns"), got
+    assert switched == [torch.cuda.is_available()]

@@ -18,6 +18,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+# the kernel's clock source, which time.perf_counter reads
+CLOCKSOURCE = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+
 # The CUDA caching allocator's constants (c10/cuda/CUDACachingAllocator.cpp; the "Memory
 # management" section of the CUDA semantics notes describes the same behaviour).
 MIN_BLOCK = 512  # every request is rounded up to a multiple of 512 B
@@ -100,10 +103,10 @@ def busy_wait(seconds: float) -> float:
 
 def clocksource() -> str | None:
     """The kernel's clock source (tsc, kvm-clock, ...), which perf_counter reads; the
-    profiler's own clock is the TSC, converted by a rate measured over each session."""
+    profiler's own clock is the TSC, converted by a rate measured over each session. None
+    where the kernel does not say (no sysfs in a container)."""
     try:
-        return Path("/sys/devices/system/clocksource/clocksource0/current_clocksource"
-                    ).read_text().strip()
+        return CLOCKSOURCE.read_text().strip()
     except OSError:
         return None
 
