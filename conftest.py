@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import os
@@ -168,3 +169,26 @@ def cuda_rehearsal(monkeypatch):
     for r in made:
         r.stand_in.close()
     machine.fingerprint.cache_clear()
+
+
+@pytest.fixture
+def rpc_group_of_one(monkeypatch):
+    """`with rpc_group_of_one(name):` this process as the only worker of an RPC group, named
+    `name`, through a store on loopback that the test hosts: what a function served over RPC
+    needs to run in the test's own thread (distributed autograd, @async_execution)."""
+    from torch.distributed import rpc
+
+    from harness.running import launch, rpc_group
+
+    @contextlib.contextmanager
+    def join(name: str):
+        store, port = launch.bound_store(launch.LOOPBACK, timeout_s=60)
+        for k, v in launch.agent_store_env(launch.LOOPBACK, port).items():
+            monkeypatch.setenv(k, v)
+        options = rpc.TensorPipeRpcBackendOptions(
+            init_method=rpc_group.rendezvous_url(port), rpc_timeout=30)
+        with rpc_group.joined(0, 1, name, options):
+            yield
+        del store  # after the group's shutdown, which reads it
+
+    return join

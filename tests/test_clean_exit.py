@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
 import sys
 import time
 from pathlib import Path
@@ -145,3 +146,40 @@ def test_a_leftover_that_ends_before_it_is_killed_is_counted_and_not_waited_for(
     assert clean_exit._leftovers(os.getpgid(0)) == 1
     assert time.monotonic() - t0 < 1  # not the 10 s a process still dying gets
     assert clean_exit._pgid(2**22 + 1) is None  # above Linux's largest pid
+
+
+def test_an_error_while_a_trial_runs_kills_its_processes_with_their_group(tmp_path, monkeypatch):
+    """Should anything fail while a trial's processes run (here: reading how one ended), the
+    processes still running are killed with their whole process group, and reaped, before
+    the error goes on: nothing of the trial outlives it."""
+    pid_file = tmp_path / "child"
+    # (60 s: long enough to be killed, short enough to bound a test that failed to kill it)
+    leave = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
+             "'import time; time.sleep(60)']); open(sys.argv[1], 'w').write(str(p.pid)); "
+             "time.sleep(60)")
+    trial = []
+
+    def fails_to_read(rank, proc, err_path, deadline):
+        trial.append(proc)
+        until = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < until:
+            time.sleep(0.02)  # the trial's own child runs from here
+        raise RuntimeError("reading the trial failed")
+
+    monkeypatch.setattr(clean_exit, "_end", fails_to_read)
+    with pytest.raises(RuntimeError, match="reading the trial failed"):
+        clean_exit.run_once(["-c", leave, str(pid_file)])
+    (proc,) = trial
+    assert proc.returncode == -signal.SIGKILL  # killed, and reaped
+    child = int(pid_file.read_text())
+    until = time.monotonic() + 5  # SIGKILL is delivered asynchronously
+    while (alive := _still_running(child)) and time.monotonic() < until:
+        time.sleep(0.02)
+    assert not alive
+
+
+def _still_running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -277,3 +277,112 @@ def test_a_worker_that_ignores_sigterm_is_killed_and_an_interrupt_does_not_cut_r
     monkeypatch.setattr(launching.os, "kill", kill)
     launching.kill_leftovers([os.getpid()])
     assert killed == [os.getpid()]
+
+
+def leave_a_thread_running(rank, world):
+    import threading
+
+    # not a daemon: the interpreter's teardown would wait for it, as for RPC/Gloo threads
+    threading.Thread(target=time.sleep, args=(3600,), name="left-running").start()
+    return rank
+
+
+def test_a_worker_that_leaves_a_thread_running_ends_with_status_0_once_it_has_returned():
+    """A worker ends at once with its status, skipping the interpreter's teardown, which would
+    wait for every thread that is not a daemon: the launch returns its value, not a timeout,
+    and no 'returned its result, then ...' warning says the worker ended otherwise."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert launch(leave_a_thread_running, 1, timeout_s=30) == [0]
+    assert not [w for w in caught if "returned its result, then" in str(w.message)]
+
+
+def test_a_worker_saves_what_coverage_measured_then_ends_at_once(monkeypatch):
+    """os._exit skips the hooks through which coverage.py saves its data: a worker that
+    coverage.py measures saves the data itself, while still measuring (so the data holds the
+    lines that led to the end), then ends with its status; one not measured just ends."""
+    import types
+
+    from harness.running import launch as launching
+
+    done = []
+
+    class Measuring:
+        def save(self):
+            done.append("save")
+
+    coverage = types.ModuleType("coverage")
+    coverage.Coverage = types.SimpleNamespace(current=Measuring)
+    monkeypatch.setitem(sys.modules, "coverage", coverage)
+    monkeypatch.setattr(launching.os, "_exit", lambda code: done.append(("exit", code)))
+    launching._end_worker(3)
+    assert done == ["save", ("exit", 3)]
+
+    done.clear()
+    coverage.Coverage = types.SimpleNamespace(current=lambda: None)  # imported, not measuring
+    launching._end_worker(0)
+    assert done == [("exit", 0)]
+
+
+def test_a_torch_whose_store_takes_no_listening_socket_gets_a_store_on_the_same_port(
+        monkeypatch):
+    """torch before 2.2: TCPStore takes no listening socket (master_listen_fd, use_libuv).
+    The launcher lets go of the port it was given and the store binds it itself: a client
+    reaches the store on that port."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from harness.running import launch as launching
+
+    real = dist.TCPStore
+
+    def older_tcpstore(host, port, *, is_master, wait_for_workers, timeout):
+        return real(host, port, is_master=is_master, wait_for_workers=wait_for_workers,
+                    timeout=timeout)
+
+    monkeypatch.setattr(launching.dist, "TCPStore", older_tcpstore)
+    store, port = launching.bound_store(LOOPBACK, 0, timeout_s=10)
+    client = real(LOOPBACK, port, is_master=False, timeout=timedelta(seconds=10))
+    client.set("from the client", b"seen")
+    assert store.get("from the client") == b"seen"
+
+
+def test_reaping_goes_on_when_a_workers_children_cannot_be_listed_or_end_before_the_kill(
+        monkeypatch):
+    """psutil may fail to list a worker's children (the worker ended meanwhile, or access is
+    denied), and a child may end between the listing and its kill: every worker is stopped
+    all the same, and neither is an error."""
+    import multiprocessing as mp
+    from types import SimpleNamespace
+
+    from harness.running import launch as launching
+
+    ctx = mp.get_context("spawn")
+    unlisted, parent = ctx.Process(target=time.sleep, args=(60,)), ctx.Process(
+        target=time.sleep, args=(60,))
+    unlisted.start()
+    parent.start()
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    child = psutil.Process(ended.pid)
+    ended.wait()  # gone and reaped: killing it raises NoSuchProcess
+
+    real = psutil.Process
+
+    def process(pid):
+        if pid == unlisted.pid:
+            raise psutil.AccessDenied(pid)
+        if pid == parent.pid:
+            return SimpleNamespace(children=lambda recursive: [child])
+        return real(pid)
+
+    monkeypatch.setattr(launching.psutil, "Process", process)
+    try:
+        launching._reap([unlisted, parent])
+    finally:
+        for p in (unlisted, parent):
+            p.kill()
+            p.join(5)
+    assert (unlisted.exitcode, parent.exitcode) == (-signal.SIGTERM, -signal.SIGTERM)

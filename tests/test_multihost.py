@@ -10,8 +10,10 @@ import ipaddress
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -389,3 +391,185 @@ def test_a_launch_of_no_workers_is_refused_and_a_worker_without_a_log_has_no_tai
     with pytest.raises(ValueError, match="nprocs must be at least 1"):
         launch.launch(print, 0)
     assert launch._log_tail(tmp_path, 0) == ""
+
+
+class Counted:
+    """A store that counts how often it is asked whether keys are there."""
+
+    def __init__(self):
+        import torch.distributed as dist
+
+        self.store, self.checks = dist.HashStore(), 0
+
+    def check(self, keys):
+        self.checks += 1
+        return self.store.check(keys)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def _cluster(n: int, store=None):
+    """Node 0's view of a run of `n` nodes, in this process, on `store` (by default one of
+    its own that counts its checks)."""
+    hosts = [nodes.Node(r, f"host{r}", "lo", launch.LOOPBACK) for r in range(n)]
+    return nodes.Cluster(store or Counted(), hosts[0], hosts)
+
+
+def fail_on_node_0(rank, world):
+    if rank == 0:
+        raise ValueError("rank 0 failed")
+    time.sleep(3600)  # rank 1, on node 1: runs until it is stopped
+
+
+@pytest.mark.distributed
+def test_a_failure_on_node_0_stops_the_ranks_that_still_run_on_another_host():
+    """Two node agents in this process, on one store: rank 0 fails on node 0 while rank 1
+    runs on node 1. After the grace node 0 asks node 1 to stop its rank and waits for its
+    report: one error names the failure, then the rank stopped; node 0's worker, whose pid
+    the caller received as it started, is gone."""
+    import torch.distributed as dist
+
+    node0 = _cluster(2, dist.HashStore())
+    node1 = nodes.Cluster(node0.store, node0.nodes[1], node0.nodes)
+    server = threading.Thread(target=node1.serve, name="node-1", daemon=True)
+    server.start()
+    started: dict[int, int] = {}
+    try:
+        with pytest.raises(launch.LaunchError) as err:
+            node0.launch(fail_on_node_0, 2, (), timeout_s=60, grace_s=0.5, setup=None,
+                         env=None, label="worker", store_port=None, started=started)
+    finally:
+        node0.end()
+        server.join(30)
+    assert str(err.value) == ("worker rank 0 raised ValueError: rank 0 failed "
+                              "(then: rank 1 stopped)")
+    assert err.value.failures[1].message == (f"stopped after a peer failed "
+                                             f"(on {node0.nodes[1].label})")
+    assert list(started) == [0] and launch.still_running(started.values()) == []
+    assert not server.is_alive()  # node 1 left when node 0 ended the run
+
+
+def test_node_0_asks_the_hosts_still_out_to_stop_and_counts_what_they_report_in_the_grace():
+    """Once node 0's own wait is over it sets the launch's stop key and gives the hosts that
+    have not reported a grace, looking at the store every POLL_S: what a host reports then
+    counts, its values and its failures (saying on which host); a host that still does not
+    report is a timeout for each of its ranks, after the grace and no longer."""
+    from datetime import timedelta
+
+    cluster = _cluster(3)
+    share = nodes._RemoteShare(cluster)
+    share.post(1, {"ranks": [1, 4]})
+    share.post(2, {"ranks": [2, 5]})
+
+    def node_1():  # rank 1 had returned when node 1 saw the stop key; rank 4 was stopped
+        cluster.store.wait(["launch/1/stop"], timedelta(seconds=10))
+        nodes._set(cluster.store, "node/1/job/1/report", {
+            "results": {1: "one"}, "warnings": [],
+            "failures": [launch.WorkerFailure(4, "stopped", "stopped after a peer failed")]})
+
+    replier = threading.Thread(target=node_1)
+    replier.start()
+    results = {0: "zero"}  # node 0's own rank
+    failures = [launch.WorkerFailure(3, "exception", "raised ValueError: three")]
+    t0 = time.monotonic()
+    share.stop("launch/1/stop", 0.5, 10.0, results, failures)
+    took = time.monotonic() - t0
+    replier.join(10)
+    assert results == {0: "zero", 1: "one"}
+    assert [(f.rank, f.kind) for f in failures] == [(3, "exception"), (4, "stopped"),
+                                                    (2, "timeout"), (5, "timeout")]
+    assert failures[1].message == f"stopped after a peer failed (on {cluster.nodes[1].label})"
+    assert failures[2].message == (f"no report from host {cluster.nodes[2].label} within "
+                                   f"{10.0 + nodes.REPORT_MARGIN_S:g} s")
+    assert 0.5 <= took < 0.5 + 10 * nodes.POLL_S
+    assert cluster.store.checks <= 2 * (took / nodes.POLL_S + 2)  # two hosts a round
+    assert not share.pending()
+
+
+def test_the_end_of_a_run_waits_a_bounded_time_for_hosts_to_confirm_it(monkeypatch, capsys):
+    """Node 0 ends the run: a host that never confirms it is waited for LEAVE_TIMEOUT_S, then
+    said in one line; a host lost earlier is not waited for."""
+    monkeypatch.setattr(nodes, "LEAVE_TIMEOUT_S", 0.3)
+    cluster = _cluster(3)
+    cluster.lost[2] = "was lost"
+    cluster.end()
+    assert cluster.store.check(["end"])
+    assert capsys.readouterr().err == ("release-bench: some hosts did not confirm the end of "
+                                       "the run\n")
+    cluster.store.set("left/1", b"1")  # node 1 confirms; node 2, lost, never will
+    cluster.end()
+    assert capsys.readouterr().err == ""
+
+
+def test_a_node_agent_whose_node_0_falls_silent_gives_up_in_one_line(monkeypatch, capsys):
+    """Node 1's agent, on the run's store on loopback: node 0 announced itself, then its
+    heartbeat stopped. After BEAT_LOST_S node 1 says so in one line naming node 0, exits 1,
+    and its own heartbeat ends with it."""
+    store, port = launch.bound_store(launch.LOOPBACK, 0, timeout_s=10)
+    for name, value in {nodes.RDZV_ENV: f"{launch.LOOPBACK}:{port}", nodes.IFACE_ENV: "lo",
+                        "RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1",
+                        "TORCHELASTIC_RUN_ID": "silent-node-0"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(nodes, "BEAT_LOST_S", 0.5)
+    node0 = nodes.Node(0, "host0", "lo", launch.LOOPBACK)
+    nodes._set(nodes._in_run(store), "nodes/0", node0)
+    assert nodes.agent_main([]) == 1
+    assert capsys.readouterr().err == (f"release-bench: node 1: {node0.label} has been silent "
+                                       f"for 0.5 s: giving up\n")
+    for t in [t for t in threading.enumerate() if t.name == "node-heartbeat"]:
+        t.join(10)
+    assert not [t for t in threading.enumerate() if t.name == "node-heartbeat"]
+
+
+def test_a_host_whose_torchrun_succeeds_after_the_store_has_gone_exits_0_saying_nothing(
+        monkeypatch, capsys):
+    """A host that does not hold the rendezvous store: its torchrun exits 0, and by then the
+    store's host has gone, so node 0's status cannot be read. torchrun's 0 stands, and nothing
+    is said."""
+    plan = nodes.HostPlan(2, launch.LOOPBACK, launch.free_port(), "lo", 5.0, hosts_store=False)
+    monkeypatch.setattr(nodes, "torchrun_command", lambda *_: [sys.executable, "-c", "pass"])
+    monkeypatch.setattr(nodes, "REACH_STORE_S", 0.2)  # nothing listens on its port now
+    sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        assert nodes.multihost(plan, []) == 0
+    finally:
+        signal.signal(signal.SIGTERM, sigterm)  # multihost turns SIGTERM into an interrupt
+    assert "release-bench" not in capsys.readouterr().err
+
+
+def test_a_host_whose_agent_ended_first_polls_for_node_0s_status():
+    """This host's agent ended while node 0's run went on: the host looks at the store every
+    POLL_S (not in a busy loop) until node 0 posts its status, and returns it."""
+    shared = Counted()
+    shared.store.set("started", "1")
+    finish = threading.Timer(0.5, shared.store.set, ("finished", "3"))
+    t0 = time.monotonic()
+    finish.start()
+    assert nodes._run_status(shared) == 3
+    took = time.monotonic() - t0
+    finish.join()
+    assert took >= 0.5
+    assert shared.checks <= 2 * (took / nodes.POLL_S + 3)  # two looks a round
+
+
+def test_a_node_agents_torchrun_is_sent_sigterm_when_its_command_dies():
+    """`multihost` starts torchrun with this set in the child (PR_SET_PDEATHSIG): whatever
+    ends the command, even SIGKILL, its torchrun gets SIGTERM. Set here on this process and
+    read back (PR_GET_PDEATHSIG), then put back as it was."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def pdeathsig() -> int:
+        sig = ctypes.c_int()
+        assert libc.prctl(2, ctypes.byref(sig)) == 0  # PR_GET_PDEATHSIG
+        return sig.value
+
+    before = pdeathsig()
+    try:
+        nodes._end_with_parent()
+        assert pdeathsig() == signal.SIGTERM
+    finally:
+        libc.prctl(nodes.PR_SET_PDEATHSIG, before)
+    assert pdeathsig() == before

@@ -111,6 +111,21 @@ def test_mig_slice_without_utilisation_and_energy():
     assert reader.static_info()["gpus"][0]["mig_mode"] == 1
 
 
+def test_a_gpu_without_energy_counter_or_power_readings_has_no_energy_figure():
+    """Neither the energy counter nor the power (fields or usage) can be read: the energy is
+    said to be unavailable, with each reading's reason, and no figure per iteration is made
+    up."""
+    unsupported = NVMLError_NotSupported()
+    gpu = FakeGpu(fail={"energy": unsupported, "fields": unsupported, "power": unsupported})
+    _, s = sampled(FakeNvml([gpu]), iterations=10)
+    g = s["gpus"][0]
+    assert (g["energy_j"], g["energy_method"], g["energy_per_iteration_j"]) == (
+        None, "unavailable", None)
+    assert g["power_w_mean"] is None
+    for reading in ("energy", "power_fields", "power_usage"):
+        assert s["unavailable"][f"gpu0.{reading}"] == "unavailable: Not Supported"
+
+
 def test_power_falls_back_when_fields_are_unsupported():
     _, s = sampled(FakeNvml([FakeGpu()], instant_power=False))
     assert s["gpus"][0]["power_w_mean"] == pytest.approx(300.0)

@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import psutil
 import torch.distributed as dist
@@ -192,19 +192,21 @@ def _worker_main(
         code = 1
     sys.stdout.flush()
     sys.stderr.flush()
-    _save_coverage()
     # Skip interpreter teardown: RPC/Gloo threads left behind by a failure can block it.
-    os._exit(code)
+    _end_worker(code)
 
 
-def _save_coverage() -> None:
-    """Save what coverage.py measured in this worker (scripts/gpu-only-lines.py), which
-    os._exit would otherwise lose; nothing when coverage is not measuring."""
+def _end_worker(code: int) -> NoReturn:
+    """End this worker at once with status `code` (os._exit), first saving what coverage.py
+    measured in it (scripts/gpu-only-lines.py), which os._exit would otherwise lose.
+
+    Saved while coverage still measures, as coverage.py's own `patch = _exit` does: the data
+    then holds every line that led here, this function's call included."""
     coverage = sys.modules.get("coverage")
     current = coverage.Coverage.current() if coverage is not None else None
     if current is not None:
-        current.stop()
         current.save()
+    os._exit(code)
 
 
 def _log_tail(workdir: Path, rank: int) -> str:
@@ -318,9 +320,7 @@ class LocalRanks:
 
     def wait(self, timeout: float) -> list[tuple[int, bool, Any]]:
         """(rank, True, value) or (rank, False, WorkerFailure) for each worker that ended
-        within `timeout` seconds."""
-        if not self.pending:
-            return []
+        within `timeout` seconds (`gather` asks only while some are pending)."""
         done = wait([p.sentinel for p in self.pending.values()], timeout=timeout)
         ended = []
         for rank, p in list(self.pending.items()):

@@ -58,6 +58,7 @@ BEAT_LOST_S = 20.0  # a node whose heartbeat stops this long is lost
 FINISH_GRACE_S = 15.0  # how long torchrun gets to exit after node 0's agent has finished
 REPORT_MARGIN_S = 15.0  # how much longer than a launch's timeout node 0 waits for a host
 LEAVE_TIMEOUT_S = 60.0  # how long the store's host waits for the other hosts to finish
+REACH_STORE_S = 5.0  # how long a host that does not hold the store tries to reach it at the end
 POLL_S = 0.2  # how often a waiting node looks at the store
 PR_SET_PDEATHSIG = 1  # prctl option, from <linux/prctl.h>
 
@@ -206,16 +207,7 @@ class Cluster:
                                               others=remote.poll, others_pending=remote.pending,
                                               poll_s=POLL_S)
             if remote.pending():
-                self.store.set(stop_key, b"1")
-                end = time.monotonic() + grace_s + REPORT_MARGIN_S
-                while remote.pending() and time.monotonic() < end:
-                    for rank, ok, value in remote.poll():
-                        if ok:
-                            results[rank] = value
-                        else:
-                            failures.append(value)
-                    time.sleep(0.2)
-                failures += remote.silent(timeout_s)
+                remote.stop(stop_key, grace_s + REPORT_MARGIN_S, timeout_s, results, failures)
         finally:
             local.close()
             del store
@@ -326,6 +318,23 @@ class _RemoteShare:
                     for f in report["failures"]]
         return out
 
+    def stop(self, stop_key: str, wait_s: float, timeout_s: float, results: dict[int, Any],
+             failures: list[launch.WorkerFailure]) -> None:
+        """Ask the hosts that have not reported to stop their ranks (`stop_key`), and wait up
+        to `wait_s` for their reports: their values go to `results` and their failures to
+        `failures` (the launch's outcomes so far), then a timeout for each rank of a host
+        that still has not reported."""
+        self.cluster.store.set(stop_key, b"1")
+        end = time.monotonic() + wait_s
+        while self.pending() and time.monotonic() < end:
+            for rank, ok, value in self.poll():
+                if ok:
+                    results[rank] = value
+                else:
+                    failures.append(value)
+            time.sleep(POLL_S)
+        failures += self.silent(timeout_s)
+
     def silent(self, timeout_s: float) -> list[launch.WorkerFailure]:
         """A timeout for each rank of a host that never reported."""
         out = []
@@ -377,6 +386,8 @@ def agent_main(argv: Sequence[str]) -> int:
         except NodeError as e:
             print(f"release-bench: node {rank}: {e}", file=sys.stderr)
             return 1
+        finally:
+            stop.set()  # the heartbeat ends with the agent, not only with its process
         return 0
     code = 1
     _wrappers(raw).set("started", "1")
@@ -591,7 +602,7 @@ def wrapper_done(plan: HostPlan, wait: bool = True) -> int | None:
     agent's status if the run finished (None if it did not, or the store has gone)."""
     try:
         store = dist.TCPStore(plan.rdzv_host, plan.rdzv_port, is_master=False,
-                              timeout=timedelta(seconds=5))
+                              timeout=timedelta(seconds=REACH_STORE_S))
         shared = _wrappers(store)
         code = _run_status(shared, wait)
         shared.add("done", 1)
@@ -610,7 +621,7 @@ def _run_status(shared: dist.Store, wait: bool = True) -> int | None:
     end = time.monotonic() + (FINISH_GRACE_S if wait else 0.0)
     while (shared.check(["started"]) and not shared.check(["finished"])
            and time.monotonic() < end):
-        time.sleep(0.2)
+        time.sleep(POLL_S)
     return int(shared.get("finished")) if shared.check(["finished"]) else None
 
 
