@@ -315,9 +315,8 @@ def step_time(ctx: Context) -> None:
     mode = ctx.params["ddp"]
     batches = make_batches(BENCH_SHAPE, 8)
     plan = ctx.settings
-    spec = new_spec("measure", mode, ctx.device, batches, BENCH_SHAPE, lockstep=False,
-                    rounds=plan["rounds"], steps_per_round=plan["steps_per_round"],
-                    turns=ctx.turns)
+    spec = new_spec("measure", mode, ctx.device, batches, BENCH_SHAPE, rounds=plan["rounds"],
+                    steps_per_round=plan["steps_per_round"], turns=ctx.turns)
     launches = [run_hybrid(ctx, spec) for _ in range(plan["launches"])]
     per_trainer, per_launch = {}, {}
     for rank in TRAINER_RANKS:

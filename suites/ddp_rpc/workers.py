@@ -64,7 +64,6 @@ class Spec:
     batches: list[list[Batch]]  # batches[step][trainer index]
     threads: int = 1  # intra-op threads per process (as torchrun's OMP_NUM_THREADS=1)
     loss: str = "mse"
-    lockstep: bool = True  # order the two trainers' optimizer steps (correctness runs)
     rpc_timeout_s: float = 30.0
     pg_timeout_s: float = 60.0
     local_check: bool = False  # task "grads": also local-autograd gradients to compare
@@ -183,12 +182,9 @@ def _maybe_die(spec: Spec, rank: int, step: int) -> None:
         die(spec)
 
 
-def optimizer_step(tr: Trainer, context_id: int, rank: int, spec: Spec,
-                   group: dist.ProcessGroup) -> None:
-    """Step; in lock-step mode trainer 1 steps, then trainer 2, after both backwards."""
-    if not spec.lockstep:
-        tr.optimizer.step(context_id)
-        return
+def optimizer_step(tr: Trainer, context_id: int, rank: int, group: dist.ProcessGroup) -> None:
+    """Step in lock-step: after both trainers' backwards, trainer 1 steps, then trainer 2
+    (the order the reference applies the embedding's two optimizers in)."""
     for r in TRAINER_RANKS:
         dist.barrier(group=group)
         if r == rank:
@@ -202,7 +198,7 @@ def train_step(tr: Trainer, b: Batch, rank: int, step: int, spec: Spec,
         loss = LOSSES[spec.loss](tr.model(b.indices, b.offsets, b.dense), b.target)
         _maybe_die(spec, rank, step)
         dist_autograd.backward(context_id, [loss])
-        optimizer_step(tr, context_id, rank, spec, group)
+        optimizer_step(tr, context_id, rank, group)
     return loss.item()
 
 
@@ -254,7 +250,7 @@ def grads_task(rank: int, spec: Spec, group: dist.ProcessGroup) -> dict[str, Any
             remote_grad = rpc.rpc_sync(worker_name(PS_RANK), embedding_grad, args=(context_id,))
             record["dist"] = {"embedding": remote_grad,
                               **{k: _cpu(got.get(p)) for k, p in dense_params.items()}}
-            optimizer_step(tr, context_id, rank, spec, group)
+            optimizer_step(tr, context_id, rank, group)
         record["loss"] = loss.item()
         steps.append(record)
     return {"steps": steps}

@@ -220,6 +220,15 @@ def _leave_now() -> None:
     _leaving.set()
 
 
+def _exit_when_orphaned(parent_pid: int, poll_s: float = 1.0) -> None:
+    """A local peer's watch on its parent: once the parent has died without saying so (this
+    process's parent is another one), nothing else would end this process, so end it (exit
+    status 3)."""
+    while os.getppid() == parent_pid:
+        time.sleep(poll_s)
+    os._exit(3)
+
+
 def serve_peer(_rank: int, _world: int, spec: GroupSpec, parent_pid: int,
                parent_counts: rpc_group.RpcCounts) -> None:
     """Launched worker: be worker1 of this process's group and serve until the parent says
@@ -231,13 +240,7 @@ def serve_peer(_rank: int, _world: int, spec: GroupSpec, parent_pid: int,
     torch numbers per process in C++ (`READY_ID_<n>`), which a fresh peer cannot match to a
     parent that has been in a group before; both would wait for each other's key."""
 
-    def watch_parent() -> None:
-        # If the parent dies without saying so, nothing would end this process: end it.
-        while os.getppid() == parent_pid:
-            time.sleep(1.0)
-        os._exit(3)
-
-    threading.Thread(target=watch_parent, daemon=True).start()
+    threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
     parent_counts.take()
     with joined(1, 2, spec) as member:
         member.abandon()
@@ -271,6 +274,7 @@ class LocalPeer:
             self.caller = self.stack.enter_context(client(device))
         except BaseException:
             self.stack.close()
+            self._restore_env()
             raise
 
     def _serve(self, timeout_s: float) -> None:
@@ -287,14 +291,17 @@ class LocalPeer:
         with contextlib.suppress(RuntimeError):  # the peer left already: what was asked
             rpc.rpc_sync(worker_name(1), _leave_now, timeout=30)
 
-    def close(self) -> None:
-        self.stack.close()
-        self.thread.join(60)
+    def _restore_env(self) -> None:
         for k, v in self.saved_env.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+    def close(self) -> None:
+        self.stack.close()
+        self.thread.join(60)
+        self._restore_env()
         # The store goes only once the peer has gone: a store closed under a peer still
         # leaving its group resets the peer's connection to it.
         if not self.thread.is_alive():

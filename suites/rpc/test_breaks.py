@@ -43,6 +43,22 @@ def lossy_transport() -> None:
     api._invoke_rpc_builtin = invoke_builtin
 
 
+def complex_tensors_refused() -> None:
+    """A call of a Python function carrying a complex tensor fails in the caller, as over a
+    transport without complex support; builtin ops' arguments still cross."""
+    from torch.distributed.rpc import internal
+
+    pickler = internal._internal_rpc_pickler
+    reduce = pickler._dispatch_table[torch.Tensor]
+
+    def refuse_complex(t: torch.Tensor):
+        if t.is_complex():
+            raise TypeError("complex tensors are not supported")
+        return reduce(t)
+
+    pickler._dispatch_table[torch.Tensor] = refuse_complex
+
+
 def exceptions_lost() -> None:
     """A remote function's exception comes back as a bare RuntimeError without its text."""
     from torch.distributed.rpc import internal
@@ -140,6 +156,16 @@ def test_every_check_fails_under_its_break(case, breaks):
     # every check but the one that the calls crossed to the callee, which they still do
     crossing = {c.name for c in entry.checks if c.name.startswith("calls ran on")}
     assert entry.checks and _failed(entry) == {c.name for c in entry.checks} - crossing
+
+
+def test_a_round_trip_whose_call_fails_is_a_failed_check_with_the_error():
+    """A call that raises instead of returning fails its tensor's check, with the error as
+    the check's detail; the other tensors and paths are still checked, and pass."""
+    entry = _broken("roundtrip", complex_tensors_refused)
+    assert {c.name: c.detail for c in entry.checks if not c.passed} == {
+        "complex64 via python echo": "raised TypeError: complex tensors are not supported"}
+    assert {"complex64 via builtin torch.clone", "4 MiB float32 via python echo"} <= {
+        c.name for c in entry.checks if c.passed}
 
 
 def test_timeout_checks_fail_when_timeouts_are_ignored():
