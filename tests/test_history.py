@@ -619,3 +619,20 @@ def test_a_release_notes_module_that_fails_to_import_is_an_error_not_a_suite_wit
         api_record.load("amp")
     monkeypatch.undo()
     assert api_record.load("telemetry") == []  # no release_notes module: no examples
+
+
+def test_an_example_only_one_of_two_records_holds_is_no_change_between_the_releases():
+    """An example that a record lacks (a record made before the project added it) says
+    nothing of torch: the history lists only the examples both releases ran, and how they
+    changed."""
+    from harness.releases import history
+
+    def record(release: str, **statuses: str) -> dict:
+        return {"release": release, "cases": {}, "build": {}, "api": [
+            {"suite": "amp", "example": name, "status": status, "reason": "", "warnings": []}
+            for name, status in statuses.items()]}
+
+    found = history.changes([record("2.12.0", grad_scaler="works"),
+                             record("2.13.0", grad_scaler="removed", added_later="works")])
+    assert [(c["case"], c["what"], c["from"], c["to"]) for c in found] == [
+        ("amp.grad_scaler", "example", "works", "removed")]

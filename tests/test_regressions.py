@@ -284,3 +284,22 @@ def test_asv_vendor_downloads_what_the_cache_lacks_and_names_each_package_it_cou
         assert (cache / source.name).read_bytes() == source.read_bytes()
         (registry / "jquery" / "-" / source.name).unlink()  # served no longer: not asked for
         assert len(asv_dashboard.fetch(cache)) == len(problems)
+
+
+def test_publish_says_each_dependency_it_could_not_make_local_and_still_gives_the_pages(
+        tmp_path, monkeypatch, capsys):
+    """`asv publish` ran, but a dependency of its pages is not in the vendor cache: each is one
+    line on stderr (the page then loads it from its CDN), and the pages' folder is returned."""
+    from harness.presenting import asv_dashboard
+
+    config = tmp_path / "asv.conf.json"
+    config.write_text('{\n  // asv allows comments\n  "html_dir": "pages"\n}\n')
+    ran = []
+    monkeypatch.setattr(asv_dashboard.subprocess, "run",
+                        lambda cmd, check: ran.append(cmd[1:]))
+    monkeypatch.setattr(asv_dashboard, "vendor_dashboard", lambda html_dir: [
+        f"https://cdn/jquery.min.js: not vendored (OSError: not in {html_dir.name}'s cache)"])
+    assert asv_dashboard.publish(str(config)) == tmp_path / "pages"
+    assert ran == [["publish", "--config", str(config)]]
+    assert capsys.readouterr().err == ("asv-publish: https://cdn/jquery.min.js: not vendored "
+                                       "(OSError: not in pages's cache)\n")
