@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from harness.comparing import expectations
-from harness.running import clean_exit
+from harness.running import clean_exit, launch
 from harness.running.runner import execute
 from suites.fork_wait import cases as fork_wait_cases
 
@@ -173,13 +173,6 @@ def test_an_error_while_a_trial_runs_kills_its_processes_with_their_group(tmp_pa
     assert proc.returncode == -signal.SIGKILL  # killed, and reaped
     child = int(pid_file.read_text())
     until = time.monotonic() + 5  # SIGKILL is delivered asynchronously
-    while (alive := _still_running(child)) and time.monotonic() < until:
+    while (alive := launch.still_running([child])) and time.monotonic() < until:
         time.sleep(0.02)
     assert not alive
-
-
-def _still_running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False

@@ -287,7 +287,7 @@ def leave_a_thread_running(rank, world):
     return rank
 
 
-def test_a_worker_that_leaves_a_thread_running_ends_with_status_0_once_it_has_returned():
+def test_a_worker_that_leaves_a_thread_running_ends_cleanly_once_it_has_returned():
     """A worker ends at once with its status, skipping the interpreter's teardown, which would
     wait for every thread that is not a daemon: the launch returns its value, not a timeout,
     and no 'returned its result, then ...' warning says the worker ended otherwise."""
@@ -337,7 +337,8 @@ def test_a_torch_whose_store_takes_no_listening_socket_gets_a_store_on_the_same_
 
     from harness.running import launch as launching
 
-    real = dist.TCPStore
+    real = dist.TCPStore  # (the store that binds its port itself listens on every interface,
+    # as in that torch; only this test's client, on loopback, talks to it)
 
     def older_tcpstore(host, port, *, is_master, wait_for_workers, timeout):
         return real(host, port, is_master=is_master, wait_for_workers=wait_for_workers,

@@ -268,6 +268,9 @@ def test_asv_vendor_downloads_what_the_cache_lacks_and_names_each_package_it_cou
     from harness.presenting import asv_dashboard
 
     monkeypatch.delenv(asv_dashboard.NO_DOWNLOAD_ENV)
+    for proxy in ("http_proxy", "HTTP_PROXY"):  # loopback only, never through a proxy
+        monkeypatch.delenv(proxy, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
     source = asv_dashboard.vendor_cache() / "jquery-3.3.1.tgz"  # `make test` filled the cache
     registry = tmp_path / "registry"
     (registry / "jquery" / "-").mkdir(parents=True)

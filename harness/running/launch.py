@@ -202,11 +202,13 @@ def _end_worker(code: int) -> NoReturn:
 
     Saved while coverage still measures, as coverage.py's own `patch = _exit` does: the data
     then holds every line that led here, this function's call included."""
-    coverage = sys.modules.get("coverage")
-    current = coverage.Coverage.current() if coverage is not None else None
-    if current is not None:
-        current.save()
-    os._exit(code)
+    try:
+        coverage = sys.modules.get("coverage")
+        current = coverage.Coverage.current() if coverage is not None else None
+        if current is not None:
+            current.save()
+    finally:  # whatever the save met: teardown is what this exit avoids
+        os._exit(code)
 
 
 def _log_tail(workdir: Path, rank: int) -> str:

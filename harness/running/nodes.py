@@ -379,28 +379,30 @@ def agent_main(argv: Sequence[str]) -> int:
     stop = threading.Event()
     threading.Thread(target=Heartbeats.beat, args=(host, int(port), rank, stop), daemon=True,
                      name="node-heartbeat").start()
-    cluster = join(store, rank, nnodes, os.environ[IFACE_ENV], 300.0)
-    if rank != 0:
+    try:  # the heartbeat ends with the agent, however it ends, not only with its process
+        cluster = join(store, rank, nnodes, os.environ[IFACE_ENV], 300.0)
+        if rank != 0:
+            try:
+                cluster.serve()
+            except NodeError as e:
+                print(f"release-bench: node {rank}: {e}", file=sys.stderr)
+                return 1
+            return 0
+        code = 1
+        _wrappers(raw).set("started", "1")
         try:
-            cluster.serve()
-        except NodeError as e:
-            print(f"release-bench: node {rank}: {e}", file=sys.stderr)
-            return 1
+            code = run_command.run_across_hosts(list(argv), cluster)
+            return code
         finally:
-            stop.set()  # the heartbeat ends with the agent, not only with its process
-        return 0
-    code = 1
-    _wrappers(raw).set("started", "1")
-    try:
-        code = run_command.run_across_hosts(list(argv), cluster)
-        return code
+            cluster.end()
+            stop.set()
+            # the command that hosts the store stops waiting for torchrun (whose exit
+            # barrier waits for lost hosts too) once it has this, and waits for no lost
+            # host's command
+            _wrappers(raw).set("lost", str(len(cluster.lost)))
+            _wrappers(raw).set("finished", str(code))
     finally:
-        cluster.end()
         stop.set()
-        # the command that hosts the store stops waiting for torchrun (whose exit barrier
-        # waits for lost hosts too) once it has this, and waits for no lost host's command
-        _wrappers(raw).set("lost", str(len(cluster.lost)))
-        _wrappers(raw).set("finished", str(code))
 
 
 # --- the command on each host: `release-bench multihost` ---------------------------------------

@@ -23,22 +23,18 @@ from harness.running import launch
 from suites.ddp_rpc import breaks
 from suites.ddp_rpc.model import (
     PS_RANK,
-    Optim,
     Shape,
-    initial_parameters,
     make_batches,
     new_embedding,
 )
 
 
-def new_spec(**kw):
-    """A hybrid run's spec, the case's defaults but for `kw`."""
-    from suites.ddp_rpc import workers
+def new_spec(task: str = "train", mode: str = "none", **kw):
+    """A hybrid run's spec on the CPU, as the cases make it, of two steps' batches."""
+    from suites.ddp_rpc import cases
 
     shape = Shape()
-    return workers.Spec(**{"task": "train", "mode": "none", "device": "cpu", "shape": shape,
-                           "optim": Optim(), "init": initial_parameters(shape),
-                           "batches": make_batches(shape, 2), **kw})
+    return cases.new_spec(task, mode, "cpu", make_batches(shape, 2), shape, **kw)
 
 
 def _dense(rank: int) -> tuple[torch.nn.Module, torch.Tensor]:
@@ -90,7 +86,8 @@ def test_the_victim_hangs_break_keeps_the_victim_alive_in_a_sleep(monkeypatch):
         breaks.victim_hangs()
         os.kill(victim.pid, signal.SIGKILL)
         assert slept == [3600]
-        assert victim.poll() is None
+        with pytest.raises(subprocess.TimeoutExpired):  # not killed: still running
+            victim.wait(0.5)
     finally:
         monkeypatch.undo()  # the real os.kill again, for Popen.kill
         victim.kill()

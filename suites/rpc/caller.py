@@ -273,8 +273,10 @@ class LocalPeer:
             self.stack.callback(self._leave)  # after the caller's paths close, before leaving
             self.caller = self.stack.enter_context(client(device))
         except BaseException:
-            self.stack.close()
-            self._restore_env()
+            try:
+                self.stack.close()
+            finally:
+                self._restore_env()
             raise
 
     def _serve(self, timeout_s: float) -> None:
@@ -299,9 +301,11 @@ class LocalPeer:
                 os.environ[k] = v
 
     def close(self) -> None:
-        self.stack.close()
-        self.thread.join(60)
-        self._restore_env()
+        try:
+            self.stack.close()
+            self.thread.join(60)
+        finally:
+            self._restore_env()
         # The store goes only once the peer has gone: a store closed under a peer still
         # leaving its group resets the peer's connection to it.
         if not self.thread.is_alive():
