@@ -47,6 +47,13 @@ def fake_release(envs_dir: Path, version: str, plant: str = "") -> Path:
     return folder
 
 
+def _built_env(tmp_path: Path, version: str) -> envs.TorchEnv:
+    """The record of an environment built for torch `version` (60 s, 2 GiB, 1 GiB added)."""
+    return envs.TorchEnv(version=version, path=str(tmp_path / version), torch=version,
+                         torchvision=None, cuda=None, python="3.11.7", built_s=60.0,
+                         disk_bytes=2**31, added_bytes=2**30)
+
+
 # ---------------------------------------------------------------- environments
 
 def test_env_create_of_a_range_builds_each_release_once_and_sums_the_disk_it_added(
@@ -61,9 +68,7 @@ def test_env_create_of_a_range_builds_each_release_once_and_sums_the_disk_it_add
 
     def create(version, **kwargs):
         built.append(version)
-        return envs.TorchEnv(version=version, path=str(tmp_path / version), torch=version,
-                             torchvision=None, cuda=None, python="3.11.7", built_s=60.0,
-                             disk_bytes=2**31, added_bytes=2**30)
+        return _built_env(tmp_path, version)
 
     monkeypatch.setattr(envs, "create", create)
     assert cli.main(["env", "create", "2.12.0..2.13.0"]) == 0
@@ -479,12 +484,6 @@ def test_a_metric_is_named_as_the_output_writes_it():
 
 
 # ---------------------------------------------------------------- building on the way
-
-def _built_env(tmp_path: Path, version: str) -> envs.TorchEnv:
-    return envs.TorchEnv(version=version, path=str(tmp_path / version), torch=version,
-                         torchvision=None, cuda=None, python="3.11.7", built_s=60.0,
-                         disk_bytes=2**31, added_bytes=2**30)
-
 
 def test_the_history_counts_what_it_built_and_with_discard_removes_it_even_after_a_failure(
         monkeypatch, tmp_path):

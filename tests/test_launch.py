@@ -11,6 +11,7 @@ import time
 import psutil
 import pytest
 
+from harness.running import launch as launching
 from harness.running.launch import LOOPBACK, LaunchError, free_port, launch
 
 pytestmark = pytest.mark.distributed
@@ -244,8 +245,6 @@ def test_a_worker_that_ignores_sigterm_is_killed_and_an_interrupt_does_not_cut_r
     neither running nor an error to kill."""
     import multiprocessing as mp
 
-    from harness.running import launch as launching
-
     ctx = mp.get_context("spawn")
     ready = ctx.Event()
     p = ctx.Process(target=ignore_sigterm_and_sleep, args=(ready,))
@@ -305,8 +304,6 @@ def test_a_worker_saves_what_coverage_measured_then_ends_at_once(monkeypatch):
     lines that led to the end), then ends with its status; one not measured just ends."""
     import types
 
-    from harness.running import launch as launching
-
     done = []
 
     class Measuring:
@@ -335,8 +332,6 @@ def test_a_torch_whose_store_takes_no_listening_socket_gets_a_store_on_the_same_
 
     import torch.distributed as dist
 
-    from harness.running import launch as launching
-
     real = dist.TCPStore  # (the store that binds its port itself listens on every interface,
     # as in that torch; only this test's client, on loopback, talks to it)
 
@@ -358,8 +353,6 @@ def test_reaping_goes_on_when_a_workers_children_cannot_be_listed_or_end_before_
     all the same, and neither is an error."""
     import multiprocessing as mp
     from types import SimpleNamespace
-
-    from harness.running import launch as launching
 
     ctx = mp.get_context("spawn")
     unlisted, parent = ctx.Process(target=time.sleep, args=(60,)), ctx.Process(

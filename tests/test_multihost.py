@@ -342,8 +342,7 @@ def test_node_0_says_which_cases_stay_on_one_host_and_refuses_bad_run_arguments(
 
     from harness.commands import run
 
-    hosts = [nodes.Node(r, "host", "lo", launch.LOOPBACK) for r in (0, 1)]
-    cluster = nodes.Cluster(dist.HashStore(), hosts[0], hosts)
+    cluster = _cluster(2, dist.HashStore())
     assert run.run_across_hosts(["--suite", "rpc", "--dry-run"], cluster) == 0
     err = capsys.readouterr().err.splitlines()
     assert err and all(line.startswith("across 2 hosts: left out rpc/") for line in err), err

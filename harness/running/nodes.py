@@ -395,7 +395,7 @@ def agent_main(argv: Sequence[str]) -> int:
             return code
         finally:
             cluster.end()
-            stop.set()
+            stop.set()  # before "finished": its reader may take the store away at once
             # the command that hosts the store stops waiting for torchrun (whose exit
             # barrier waits for lost hosts too) once it has this, and waits for no lost
             # host's command

@@ -261,22 +261,20 @@ class LocalPeer:
         env = launch.agent_store_env(launch.LOOPBACK, port)
         self.saved_env = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
+        self.stack = contextlib.ExitStack()
+        self.stack.callback(self._restore_env)  # last, however the stack is closed
         self.error: BaseException | None = None
         # read before this process joins: the counts both processes file this group under
         self.rpc_counts = rpc_group.RpcCounts.counts()
         self.thread = threading.Thread(target=self._serve, args=(timeout_s,), daemon=True,
                                        name="rpc-local-peer")
         self.thread.start()
-        self.stack = contextlib.ExitStack()
         try:
             self.member = self.stack.enter_context(joined(0, 2, self.spec))
             self.stack.callback(self._leave)  # after the caller's paths close, before leaving
             self.caller = self.stack.enter_context(client(device))
         except BaseException:
-            try:
-                self.stack.close()
-            finally:
-                self._restore_env()
+            self.stack.close()
             raise
 
     def _serve(self, timeout_s: float) -> None:
@@ -301,11 +299,8 @@ class LocalPeer:
                 os.environ[k] = v
 
     def close(self) -> None:
-        try:
-            self.stack.close()
-            self.thread.join(60)
-        finally:
-            self._restore_env()
+        self.stack.close()
+        self.thread.join(60)
         # The store goes only once the peer has gone: a store closed under a peer still
         # leaving its group resets the peer's connection to it.
         if not self.thread.is_alive():
