@@ -159,6 +159,92 @@ def has_api(dotted: str) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class CheckVersion:
+    """Which version of its checks judged a case's result. Every result carries it
+    (`Result.check_version`), so that a record judged by checks that have changed since is
+    known as stale: the pages mark it, and `history --stale` records its release again.
+
+    A case declares a new version whenever what its checks judge changes (a control added, a
+    tolerance moved, a check added or dropped), with one line of what changed, which a page
+    gives beside a stale record. tests/test_check_versions.py holds a digest of the code that
+    judges each case (`judging_code`) and fails when that code changes under the same version,
+    so that a change cannot leave older records looking current by oversight."""
+
+    number: int = 1
+    changed: str = ""  # what this version judges differently from the one before
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.number, int) or self.number < 1:
+            raise ValueError(f"a check version is a whole number from 1, not {self.number!r}")
+
+
+# what a result recorded before results carried their check's version is called
+UNVERSIONED = "recorded before records carried the version of their checks"
+
+
+def stale_reason(case: Case | None, recorded: int | None) -> str | None:
+    """Why a result of `case` judged by version `recorded` of its checks is stale (None
+    where it is current): its checks have a later version, or it carries none."""
+    if case is None:
+        return None  # a case gone from the suites: nothing current to hold it against
+    if recorded is None:
+        return UNVERSIONED
+    if recorded < case.check.number:
+        return (f"judged by version {recorded} of its checks; now {case.check.number}"
+                + (f" ({case.check.changed})" if case.check.changed else ""))
+    return None
+
+
+def judging_code(case: Case) -> str:
+    """The source of the code that judges `case`: its function and every function or class of
+    its suite's package that the function names, and those name, and so on (attributes of the
+    suite's modules included: `truth.expected_bytes`). The harness's own helpers are not in
+    it; a change there that changes a verdict is declared by hand."""
+    package = f"suites.{case.suite}"
+    seen: dict[str, str] = {}
+
+    def names_of(code) -> set[str]:
+        out = set(code.co_names)
+        for const in code.co_consts:
+            if inspect.iscode(const):
+                out |= names_of(const)
+        return out
+
+    def visit(obj: Any) -> None:
+        if inspect.ismodule(obj):
+            if obj.__name__.startswith(package):
+                for value in vars(obj).values():
+                    if getattr(value, "__module__", None) == obj.__name__:
+                        pending.append(value)
+            return
+        if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+            return
+        module = getattr(obj, "__module__", "") or ""
+        key = f"{module}.{obj.__qualname__}"
+        if not module.startswith(package) or key in seen:
+            return
+        seen[key] = inspect.getsource(obj)
+        functions = ([obj] if inspect.isfunction(obj) else
+                     [f for f in vars(obj).values() if inspect.isfunction(f)])
+        for fn in functions:
+            for name in names_of(fn.__code__):
+                if name in fn.__globals__:
+                    target = fn.__globals__[name]
+                    # a module of the suite stands for what the function reads from it
+                    if inspect.ismodule(target) and target.__name__.startswith(package):
+                        attrs = [getattr(target, n) for n in names_of(fn.__code__)
+                                 if hasattr(target, n)]
+                        pending.extend(attrs)
+                    else:
+                        pending.append(target)
+
+    pending: list[Any] = [case.func]
+    while pending:
+        visit(pending.pop())
+    return "\n".join(seen[k] for k in sorted(seen))
+
+
 def grid(**axes: Sequence[Any]) -> list[Params]:
     """All combinations of the given parameter values, as a list of dicts."""
     names = list(axes)
@@ -569,6 +655,8 @@ class Case:
     # the releases where what it exercises came (`Since`): in an older release its outcome
     # is `n/a`, with the declared evidence; in a later one, what it finds absent is a failure
     since: tuple[Since, ...] = ()
+    # the version of its checks, carried by each of its results (`CheckVersion`)
+    check: CheckVersion = CheckVersion()
 
     def param_sets(self, profile: str, device: str = "cpu") -> list[Params]:
         return _param_sets(self.params, profile, device)
@@ -670,13 +758,14 @@ class Suite:
     def _case(self, kind: str, params: ParamSpec, devices: Sequence[str], needs: Sequence[str],
               sampled: bool = True, options: Sequence[str] = (),
               tracks: Sequence[TrackView] = (), settings: SettingsSpec | None = None,
-              duet: bool = False, since: Sequence[Since] = (), bursts: bool = False):
+              duet: bool = False, since: Sequence[Since] = (), bursts: bool = False,
+              check: CheckVersion = CheckVersion()):
         def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
             declared = Settings.declare(settings, f"{self.name}/{func.__name__}")
             self.cases.append(
                 Case(self.name, func.__name__, kind, func, _first_line(func),
                      params or [{}], tuple(devices), tuple(needs), sampled, tuple(options),
-                     tuple(tracks), declared, duet, bursts, tuple(since))
+                     tuple(tracks), declared, duet, bursts, tuple(since), check)
             )
             return func
 
@@ -684,19 +773,23 @@ class Suite:
 
     def conformance(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                     needs: Sequence[str] = (), tracks: Sequence[TrackView] = (),
-                    settings: SettingsSpec | None = None, since: Sequence[Since] = ()):
+                    settings: SettingsSpec | None = None, since: Sequence[Since] = (),
+                    check: CheckVersion = CheckVersion()):
         """Decorator: register a conformance case (named after the function). An upstream
         defect it is known to catch is an entry of `expectations.toml`, not part of the case.
         `tracks` declares the figures it records that asv tracks; `settings` are its values
         by profile (see `Settings`), read from `ctx.settings`. `since` declares the releases
-        that have what it exercises: in an older one its outcome is `n/a` (see `Since`)."""
+        that have what it exercises: in an older one its outcome is `n/a` (see `Since`).
+        `check` is the version of its checks (`CheckVersion`: a new one whenever what they
+        judge changes)."""
         return self._case("conformance", params, devices, needs, tracks=tracks,
-                          settings=settings, since=since)
+                          settings=settings, since=since, check=check)
 
     def benchmark(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                   needs: Sequence[str] = (), sampled: bool = True, options: Sequence[str] = (),
                   tracks: Sequence[TrackView] = (), settings: SettingsSpec | None = None,
-                  duet: bool = False, since: Sequence[Since] = (), bursts: bool = False):
+                  duet: bool = False, since: Sequence[Since] = (), bursts: bool = False,
+                  check: CheckVersion = CheckVersion()):
         """Decorator: register a benchmark case (named after the function). `sampled=False`
         keeps the runner's telemetry off while it runs (for cases that sample themselves);
         `options` names parameters it reads when given (the CLI's --param may set them);
@@ -706,9 +799,9 @@ class Suite:
         machine; see harness.running.duet). `bursts=True`: `ab --bursts` runs both sides'
         processes through a round together, taking turns (harness.running.turns): the case
         passes `ctx.turns` to what measures. How many rounds `ab` gives it is this machine's
-        calibration's to say. `since`: as for `conformance`."""
+        calibration's to say. `since` and `check`: as for `conformance`."""
         return self._case("benchmark", params, devices, needs, sampled, options, tracks,
-                          settings, duet, since, bursts)
+                          settings, duet, since, bursts, check)
 
     def workload(self, *, params: ParamSpec = (), devices: Sequence[str] = DEVICES,
                  needs: Sequence[str] = (), asv_name: str = ""):

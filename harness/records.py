@@ -128,6 +128,8 @@ _RESULT = {
         "tables": {"type": "object"},
         "telemetry": {"type": ["object", "null"]},
         "elapsed_s": {"type": "number"},
+        # the version of the case's checks (absent in records before results carried it)
+        "check_version": {"type": "integer", "minimum": 1},
     },
 }
 
@@ -353,11 +355,14 @@ class Result:
     placement: Any = None
     # its status under the expectations file (harness.comparing.expectations.Judged.to_json)
     expected: dict[str, Any] | None = None
+    # the version of the case's checks that judged it (harness.cases.CheckVersion); None in a
+    # record made before results carried it
+    check_version: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     _KEYS = ("suite", "case", "kind", "device", "params", "started", "outcome", "reason",
              "elapsed_s", "metrics", "checks", "notes", "tables", "shown_tables", "details",
-             "telemetry", "placement", "expected")
+             "telemetry", "placement", "expected", "check_version")
 
     def __post_init__(self) -> None:
         # validated where it is made: an outcome that is none of Outcome's never reaches a
@@ -417,12 +422,15 @@ class Result:
             tuple(Check.from_json(c) for c in d.get("checks", [])),
             tuple(d.get("notes", [])), dict(d.get("tables") or {}),
             tuple(d.get("shown_tables", [])), dict(d.get("details") or {}), d.get("telemetry"),
-            d.get("placement"), d.get("expected"), _extra(d, cls._KEYS))
+            d.get("placement"), d.get("expected"), d.get("check_version"),
+            _extra(d, cls._KEYS))
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "suite": self.suite, "case": self.case, "kind": self.kind, "device": self.device,
             "params": self.params}
+        if self.check_version is not None:
+            d["check_version"] = self.check_version
         if self.started is not None:
             d["started"] = self.started
         d.update(outcome=self.outcome, reason=self.reason, elapsed_s=self.elapsed_s,

@@ -6,7 +6,7 @@ import importlib
 import pkgutil
 
 import suites
-from harness.cases import Suite
+from harness.cases import Case, Suite
 
 
 def suite_names() -> list[str]:
@@ -34,3 +34,12 @@ def figures(name: str) -> list:
     if importlib.util.find_spec(f"suites.{name}.figures") is not None:
         importlib.import_module(f"suites.{name}.figures")
     return suite.figures
+
+
+def find_case(suite: str, case: str) -> Case | None:
+    """The case `suite/case` of today's suites, or None where there is none (a record of a
+    case since removed or renamed)."""
+    try:
+        return load(suite).case(case)
+    except KeyError:
+        return None

@@ -635,3 +635,60 @@ def test_an_example_only_one_of_two_records_holds_is_no_change_between_the_relea
                              record("2.13.0", grad_scaler="removed", added_later="works")])
     assert [(c["case"], c["what"], c["from"], c["to"]) for c in found] == [
         ("amp.grad_scaler", "example", "works", "removed")]
+
+
+def test_stale_records_again_only_the_suites_whose_checks_changed_and_keeps_the_rest(
+        monkeypatch, tmp_path):
+    """`history --stale`: a release whose record holds a case judged by older checks has that
+    case's suite recorded again; its other suites' cases and examples stay as recorded, and
+    a release with nothing stale is kept untouched."""
+    from harness import registry
+    from harness.comparing.campaign import Unit
+    from harness.releases import history
+
+    current = registry.find_case("amp", "grad_scaler").check.number
+    folder = tmp_path / "history"
+    folder.mkdir()
+
+    def record(release, cases, api):
+        return {"schema": history.SCHEMA, "release": release, "recorded": "then",
+                "project": {"commit": "old"}, "cases": cases, "headlines": [],
+                "expectations": None, "api": api, "wall_s": 1.0}
+
+    amp_case = {"suite": "amp", "outcome": "pass", "check_version": current}
+    old = record("2.12.0", {
+        "amp/grad_scaler[cpu default]": amp_case,
+        "profiler/known_allocations[cpu default]": {"suite": "profiler", "outcome": "fail"}},
+        [{"suite": "amp", "example": "a", "status": "works"},
+         {"suite": "profiler", "example": "p", "status": "fails"}])
+    fresh = record("2.13.0", {"amp/grad_scaler[cpu default]": amp_case}, [])
+    for rec in (old, fresh):
+        (folder / f"torch-{rec['release']}.json").write_text(json.dumps(rec))
+    ran = []
+
+    def record_release(version, python, env, units, run_args, suites, *rest):
+        ran.append((version, [u.suite for u in units], suites))
+        return record(version, {"profiler/known_allocations[cpu default]": {
+            "suite": "profiler", "outcome": "pass", "check_version": 1}},
+            [{"suite": "profiler", "example": "p", "status": "works"}])
+
+    monkeypatch.setattr(history, "record_release", record_release)
+    monkeypatch.setattr(envs, "get_or_create",
+                        lambda version, *a: (_built_env(tmp_path, version), False))
+    units = [Unit("amp", ("grad_scaler",)), Unit("profiler", ("known_allocations",))]
+    done = history.history(["2.12.0", "2.13.0"], folder, units, [], ["amp", "profiler"],
+                           tmp_path, None, lambda s: None, stale=True)
+    assert ran == [("2.12.0", ["profiler"], ["profiler"])]
+    assert done["recorded"] == ["2.12.0"] and done["kept"] == ["2.13.0"]
+    merged = json.loads((folder / "torch-2.12.0.json").read_text())
+    assert merged["cases"]["amp/grad_scaler[cpu default]"] == amp_case
+    assert merged["cases"]["profiler/known_allocations[cpu default]"]["outcome"] == "pass"
+    assert {a["example"]: a["status"] for a in merged["api"]} == {"a": "works", "p": "works"}
+    assert merged["kept"] == {"suites": ["amp"], "recorded": "then",
+                              "project": {"commit": "old"}}
+    assert history.stale_cases(merged) == {}
+    # without --stale a recorded release is kept as it is, stale or not
+    ran.clear()
+    history.history(["2.12.0"], folder, units, [], ["amp", "profiler"], tmp_path, None,
+                    lambda s: None)
+    assert ran == []

@@ -23,6 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "release recorded there already is kept")
     parser.add_argument("--again", action="store_true",
                         help="record the releases afresh, recorded or not")
+    parser.add_argument("--stale", action="store_true",
+                        help="also record again, in a release recorded already, the suites "
+                             "with a case judged by an older version of its checks (the rest "
+                             "of its record is kept)")
     parser.add_argument("--no-build", action="store_true",
                         help="only the releases whose environment is built; build none")
     parser.add_argument("--discard", action="store_true",
@@ -91,7 +95,8 @@ def main(args) -> int:
     try:
         done = history.history(versions, folder, units, run_args, suites, Path(args.scratch),
                                expected, progress, again=args.again, build=not args.no_build,
-                               discard=args.discard, local_files=args.local_builds)
+                               discard=args.discard, local_files=args.local_builds,
+                               stale=args.stale)
         recs = history.read(folder)
     except (campaign.CampaignError, envs.EnvError) as e:
         raise UsageError(f"history: {e}") from e
@@ -106,15 +111,19 @@ def main(args) -> int:
         api: dict[str, int] = {}
         for a in rec["api"]:
             api[a["status"]] = api.get(a["status"], 0) + 1
+        stale = history.stale_cases(rec)
         print(f"torch {rec['release']:8s} ({rec['torch']}): "
               + ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
-              + "; examples " + ", ".join(f"{n} {s}" for s, n in sorted(api.items())))
+              + "; examples " + ", ".join(f"{n} {s}" for s, n in sorted(api.items()))
+              + (f"; STALE: {len(stale)} cases judged by older checks (--stale records them "
+                 "again)" if stale else ""))
     for c in history.changes(recs):
         step = " -> ".join(c["versions"])
         what = (f"{c['from']} -> {c['to']}" if "from" in c
                 else c.get("warning") or c.get("detail", ""))
         print(f"{step}: {c['case']}: {c['what']}: {what}"
-              + (f" (FLAG: {c['flag']})" if c.get("flag") else ""))
+              + (f" (FLAG: {c['flag']})" if c.get("flag") else "")
+              + (f" (stale: {c['stale']})" if c.get("stale") else ""))
     cost = history.totals(recs)
     print(f"{len(recs)} releases recorded in {folder}: "
           f"{sum(r['wall_s'] for r in recs) / 60:.1f} min of recording; their "

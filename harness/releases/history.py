@@ -12,10 +12,12 @@ Each release is recorded on its own, oldest first, as `<dir>/torch-<version>.jso
 - its wall time.
 
 A release already recorded is kept (`again` records it afresh), so a history grows by the
-releases it lacks, and one stopped half-way resumes. An environment the history builds is
-removed once its release is recorded where `discard` asks (with the torch packages in uv's
-cache): 29 releases' environments do not fit on a small disk at once. Time figures are not
-recorded here: `matrix` and `bisect` measure them.
+releases it lacks, and one stopped half-way resumes. With `stale`, a recorded release whose
+record holds a case judged by an older version of its checks (`harness.cases.CheckVersion`)
+has those cases' suites recorded again, and the record keeps its other suites as they were.
+An environment the history builds is removed once its release is recorded where `discard`
+asks (with the torch packages in uv's cache): 29 releases' environments do not fit on a
+small disk at once. Time figures are not recorded here: `matrix` and `bisect` measure them.
 
 `changes` compares neighbouring releases: a case's outcome, a warning that appeared or went,
 an example's status, and the build, when a step changes it (a CPU-only build between two CUDA
@@ -108,27 +110,80 @@ def record_release(label: str, python: Path, env: envs.TorchEnv | None, units: l
         "api": api})
 
 
+def stale_cases(rec: dict) -> dict[str, str]:
+    """The cases of a record (history's, a matrix side's) judged by checks that have changed
+    since, each with why (`harness.cases.stale_reason`); a case gone from the suites is
+    none of them."""
+    from harness import registry
+    from harness.cases import stale_reason
+
+    out = {}
+    for key, case in rec.get("cases", {}).items():
+        found = registry.find_case(case.get("suite", ""), key.split("/", 1)[-1].split("[")[0])
+        if (why := stale_reason(found, case.get("check_version"))) is not None:
+            out[key] = why
+    return out
+
+
+def merged_record(old: dict, new: dict) -> dict:
+    """`new`, a record of some suites of a release, with the cases and examples of `old`'s
+    other suites kept, and where they came from said (`kept`)."""
+    redone = {c["suite"] for c in new["cases"].values()} | {a["suite"] for a in new["api"]}
+    kept = sorted({c["suite"] for c in old["cases"].values()} - redone)
+    if not kept:
+        return new
+    cases = {k: c for k, c in old["cases"].items() if c["suite"] not in redone} | new["cases"]
+    statuses: dict[str, int] = {}
+    for c in cases.values():
+        if (status := (c.get("expected") or {}).get("status")) is not None:
+            statuses[status] = statuses.get(status, 0) + 1
+    judged = new.get("expectations")
+    return {**new, "cases": dict(sorted(cases.items())),
+            "headlines": [h for h in old.get("headlines", [])
+                          if h["case"].split("/")[0] in kept] + new.get("headlines", []),
+            "expectations": judged and {**judged, "counts": {
+                s: statuses.get(s, 0) for s in judged["counts"]}},
+            "api": [a for a in old["api"] if a["suite"] not in redone] + new["api"],
+            "kept": {"suites": kept, "recorded": old.get("kept", {}).get("recorded",
+                                                                          old.get("recorded")),
+                     "project": old.get("kept", {}).get("project", old.get("project"))}}
+
+
 def history(versions: list[str], folder: Path, units: list[Unit], run_args: list[str],
             suites: list[str], scratch: Path, expected: tuple[list, str] | None,
             progress: Callable[[str], None], *, again: bool = False, build: bool = True,
-            discard: bool = False, local_files: bool = False) -> dict[str, Any]:
-    """Record each release of `versions` not yet in `folder` (all with `again`), building its
-    environment where it has none (`build`), removing what it built afterwards (`discard`).
-    Returns what it did: the releases recorded, kept, built, and the seconds it took."""
+            discard: bool = False, local_files: bool = False,
+            stale: bool = False) -> dict[str, Any]:
+    """Record each release of `versions` not yet in `folder` (all with `again`; with `stale`,
+    the suites of a recorded one whose checks have changed since), building its environment
+    where it has none (`build`), removing what it built afterwards (`discard`). Returns what
+    it did: the releases recorded, kept, built, and the seconds it took."""
     folder.mkdir(parents=True, exist_ok=True)
     done: dict[str, Any] = {"recorded": [], "kept": [], "built": [], "added_bytes": 0}
     t0 = time.monotonic()
     for version in versions:
-        if record_path(folder, version).exists() and not again:
-            done["kept"].append(version)
-            continue
+        old, todo = None, units
+        if record_path(folder, version).exists():
+            # a record of some suites keeps the others' cases
+            old = read_document(record_path(folder, version), SCHEMA, "history record")
+        if old is not None and not again:
+            outdated = {key.split("/")[0] for key in stale_cases(old)} if stale else set()
+            todo = [u for u in units if u.suite in outdated]
+            if not todo:
+                done["kept"].append(version)
+                continue
+            progress(f"torch {version}: checks changed since its record in "
+                     f"{', '.join(sorted(outdated))}: recording those again")
         env, made = envs.get_or_create(version, build, local_files, progress)
         if made:
             done["built"].append(version)
             done["added_bytes"] += env.added_bytes or 0
         try:
-            rec = record_release(version, env.python_path, env, units, run_args, suites,
+            rec = record_release(version, env.python_path, env, todo, run_args,
+                                 [s for s in suites if any(u.suite == s for u in todo)],
                                  scratch, expected, progress)
+            if old is not None:
+                rec = merged_record(old, rec)
             records.write_json_atomic(record_path(folder, version), rec)
             done["recorded"].append(version)
             progress(f"torch {version}: recorded in {rec['wall_s']:.0f} s")
@@ -160,9 +215,12 @@ def changes(recs: list[dict]) -> list[dict]:
     for prev, this in zip(recs, recs[1:], strict=False):
         step = [prev["release"], this["release"]]
         found = outcome_changes(prev, this, *step)
+        stale = {**stale_cases(prev), **stale_cases(this)}
         for c in found:  # what the case said before, too: "n/a -> pass" says which API came
             if c["what"] == "outcome" and (was := prev["cases"][c["case"]]["reason"]):
                 c["reason_before"] = was
+            if c["case"] in stale:  # a change of the checks as much as of the release
+                c["stale"] = stale[c["case"]]
         if diff := envs.same_build(prev.get("build") or {}, this.get("build") or {}):
             found.append({"case": "(build)", "what": "build", "detail": "; ".join(diff),
                           "versions": step})

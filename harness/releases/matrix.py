@@ -68,6 +68,8 @@ def summarize_side(run: Run) -> dict[str, Any]:
     for e in run.results:
         cases[e.key] = {"suite": e.suite, "kind": e.kind, "outcome": e.outcome,
                         "reason": e.reason[:300], "warnings": warnings_of(e)}
+        if e.check_version is not None:  # the version of the checks that judged it
+            cases[e.key]["check_version"] = e.check_version
         if e.expected:  # its status under the expectations file
             cases[e.key]["expected"] = e.expected
         for m in e.metrics:

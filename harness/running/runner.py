@@ -216,7 +216,8 @@ def execute(
         notes=(*ctx.notes, *_warning_notes(caught), *stderr_note), tables=ctx.tables,
         shown_tables=tuple(ctx.shown_tables), details=ctx.details, telemetry=tel_summary,
         # the hosts each rank ran on: the pair a figure crossed
-        placement=cluster.take_placements() if cluster is not None else None)
+        placement=cluster.take_placements() if cluster is not None else None,
+        check_version=case.check.number)
     return records.Result.from_json(records.scrub_paths(result.to_json()))
 
 
