@@ -692,3 +692,26 @@ def test_stale_records_again_only_the_suites_whose_checks_changed_and_keeps_the_
     history.history(["2.12.0"], folder, units, [], ["amp", "profiler"], tmp_path, None,
                     lambda s: None)
     assert ran == []
+
+
+@pytest.mark.parametrize("machine", sorted(p.name for p in (ROOT / "results" / "history")
+                                           .iterdir() if p.is_dir()))
+def test_the_history_page_marks_every_stale_case_of_a_committed_history(machine, tmp_path):
+    """No page shows a stale record unmarked: each case of a committed history judged by checks
+    that have changed since (or recorded before records carried their version) is marked in
+    the features table, and the page says how many releases hold such cases."""
+    from harness.releases import history
+
+    folder = ROOT / "results" / "history" / machine
+    recs = history.read(folder)
+    stale = sum(len(history.stale_cases(r)) for r in recs)
+    page_file = tmp_path / "history.html"
+    shown = _rb("report", "--history", str(folder), "--out", str(page_file),
+                envs_dir=tmp_path / "envs")
+    assert shown.returncode == 0, shown.stderr
+    page = visit(page_file.as_uri(), f"history-stale-{machine}",
+                 count=("table.history td .stale",))
+    assert page.counts["table.history td .stale"] == stale
+    releases = sum(1 for r in recs if history.stale_cases(r))
+    assert (f"{releases} of {len(recs)} releases hold cases judged by checks" in page.text
+            ) == bool(stale)

@@ -189,12 +189,19 @@ def test_the_committed_release_matrix_renders_every_version(tmp_path):
     page_file = tmp_path / "matrix.html"
     made = _rb("report", "--matrix", str(path), "--out", str(page_file), envs=tmp_path)
     assert made.returncode == 0, made.stderr
-    page = visit(page_file.as_uri(), "release-matrix", count=("table", "tr"))
+    page = visit(page_file.as_uri(), "release-matrix", count=("table", "tr", "td .stale"))
     assert page.console_errors == []
     for v in record["versions"]:
         assert f"torch {v['torch']}" in page.text
     cases = {c for side in record["sides"].values() for c in side["cases"]}
     assert page.counts["tr"] >= len(cases) + len(record["steps"])
+    # each outcome judged by checks that have changed since is marked, and counted
+    from harness.releases.history import stale_cases
+
+    stale = sum(len(stale_cases(side)) for side in record["sides"].values())
+    assert page.counts["td .stale"] == stale
+    assert (f"{stale} outcomes were judged by checks that have changed" in page.text) == bool(
+        stale)
 
 
 ASV_BENCH = """
@@ -441,3 +448,60 @@ def test_disk_in_use_counts_a_file_linked_twice_once_and_skips_one_gone_meanwhil
 
     monkeypatch.setattr(envs.os, "lstat", lstat)
     assert envs.disk_in_use(tmp_path) == real(tmp_path / "a").st_blocks * 512
+
+
+def test_matrix_stale_runs_again_only_the_rounds_judged_by_older_checks(tmp_path, monkeypatch):
+    """`matrix --judge DIR --stale`: a conformance unit whose results on one side were judged
+    by older checks is run again on that side only, in each of its rounds; the rounds of
+    current results stay as they were; a run that fails puts the old rounds back."""
+    import shutil
+
+    from harness import records, registry
+    from harness.comparing import campaign
+    from harness.comparing.campaign import CampaignError
+    from harness.releases import matrix
+
+    base = shutil.copytree(ROOT / "tests" / "data" / "matrix-planted-rate", tmp_path / "m")
+    folders = sorted((base / "rounds").iterdir())
+
+    def stamp(folder, current):
+        path = records.resolve_run(folder)
+        run = records.read_run(path)
+        records.write_run(path, run.__class__(**{**run.__dict__, "results": tuple(
+            e.__class__(**{**e.__dict__, "check_version": registry.find_case(
+                e.suite, e.case).check.number if current else None}) for e in run.results)}))
+
+    for folder in folders:  # side 1 ("after") current; side 0 recorded before the versions
+        stamp(folder, folder.name.endswith("-1"))
+    assert {u.name: sides for u, sides in matrix.stale_units(base).items()} == {
+        "fork_wait": [0]}
+    monkeypatch.setattr(matrix, "side_python", lambda label: (label, Path(sys.executable)))
+    monkeypatch.setattr(campaign, "torch_version", lambda python: "2.14.1")
+    ran = []
+
+    def fake_run(self, steps):
+        for step in steps:
+            ran.append((step.unit.name, step.round, step.side))
+            shutil.copytree(folders[step.round * 2 + 1], self._where(step.unit, step.round,
+                                                                      self.sides[step.side]))
+
+    monkeypatch.setattr(campaign.Campaign, "run", fake_run)
+    kept = records.resolve_run(base / "rounds" / "fork_wait-00-1").read_text()
+    assert matrix.run_stale_again(base, lambda s: None) == {"fork_wait": ["before"]}
+    assert ran == [("fork_wait", 0, 0), ("fork_wait", 1, 0)]
+    assert matrix.stale_units(base) == {}
+    assert records.resolve_run(base / "rounds" / "fork_wait-00-1").read_text() == kept
+    assert not (base / "stale-rounds").exists()
+    # a run again that fails leaves the stale rounds as they were
+    for folder in sorted((base / "rounds").iterdir()):
+        stamp(folder, not folder.name.endswith("-0"))
+    before = {p.name: records.resolve_run(p).read_text() for p in (base / "rounds").iterdir()}
+
+    def fails(self, steps):
+        raise CampaignError("before wrote no run for fork_wait")
+
+    monkeypatch.setattr(campaign.Campaign, "run", fails)
+    with pytest.raises(CampaignError):
+        matrix.run_stale_again(base, lambda s: None)
+    assert {p.name: records.resolve_run(p).read_text()
+            for p in (base / "rounds").iterdir()} == before

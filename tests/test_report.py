@@ -177,3 +177,31 @@ def test_the_matrix_page_counts_changes_inside_the_tolerance_in_every_step():
             if "<td>" in r]
     assert rows[0][:5] == ["a → b", "0", "0", "3", "1"]
     assert rows[1][:5] == ["b → c", "1", "0", "0", "0"]
+
+
+def test_every_page_marks_a_result_judged_by_older_checks(tmp_path, monkeypatch):
+    """A result of a case whose checks have a later version than the one that judged it (or
+    of a record before results carried it) is marked stale on the report, in its row and its
+    suite's, with a line that counts them; a current one is not. (The history page's marks:
+    tests/test_history.py.)"""
+    run = records.read_run(REFERENCE)
+    results = [dataclasses.replace(
+        e, check_version=registry.find_case(e.suite, e.case).check.number)
+        for e in run.results]
+    first = results[0]
+    case = registry.find_case(first.suite, first.case)
+    suite = registry.load(first.suite)
+    monkeypatch.setattr(suite, "cases", [dataclasses.replace(
+        c, check=type(c.check)(c.check.number + 1, "a control added")) if c is case else c
+        for c in suite.cases])
+    other = next(i for i, e in enumerate(results) if e.case != first.case)
+    results[other] = dataclasses.replace(results[other], check_version=None)
+    stale = [e for e in results if e.case == first.case or e is results[other]]
+    path = records.write_run(tmp_path / "run.json", dataclasses.replace(run, results=tuple(
+        results)))
+    page = visit(report.write([path], tmp_path / "report.html").as_uri(), "report-stale",
+                 count=("td .stale", "p .stale"))
+    assert page.console_errors == []
+    assert page.counts["td .stale"] == len(stale) + len({e.suite for e in stale})
+    assert page.counts["p .stale"] == 1
+    assert f"{len(stale)} of its results were judged by checks that have changed" in page.text

@@ -16,12 +16,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "env create), or a venv folder or Python executable; oldest first")
     parser.add_argument("--judge", metavar="MATRIX_DIR",
                         help="give the verdicts again from an earlier matrix's stored rounds")
+    parser.add_argument("--stale", action="store_true",
+                        help="with --judge: first run again the units with results judged by "
+                             "checks that have changed since (a conformance unit on the sides "
+                             "where it is stale, a benchmark on every side), in their rounds")
     common.add_selection(parser)
     parser.add_argument("--rounds", type=int, default=2, metavar="K",
                         help="fresh processes per environment and suite (default 2), the order "
                              "of the environments rotated each round")
     parser.add_argument("--max-rounds", type=int, metavar="N",
-                        help="give a benchmark with inconclusive figures in any step the "
+                        help="give a benchmark with undecided figures in any step the "
                              "further rounds they need to be decided, on every environment, up "
                              "to N in all (times its rounds factor); default: no further rounds")
     parser.add_argument("--out", default="results/scratch/matrix", metavar="DIR",
@@ -43,9 +47,18 @@ def main(args) -> int:
     expected = common.read_expectations(args)
     if not args.judge and len(args.sides) < 2:
         raise UsageError("matrix needs at least two environments (or --judge MATRIX_DIR)")
+    if args.stale and not args.judge:
+        raise UsageError("matrix --stale runs again what an earlier matrix holds: give it "
+                         "with --judge MATRIX_DIR")
     cal, cal_line = common.read_calibration(args)
     try:
         if args.judge:
+            if args.stale:
+                again = matrix.run_stale_again(
+                    Path(args.judge), lambda s: print(s, file=sys.stderr, flush=True))
+                print("stale: " + ("; ".join(f"{unit} run again on {', '.join(sides)}"
+                                            for unit, sides in again.items())
+                                   or "nothing judged by older checks"))
             res = matrix.judge_again(Path(args.judge), dict(args.threshold), expected, cal)
         else:
             res = matrix.matrix(args.sides, judging.units(suites, args, cal), run_args, args.rounds,

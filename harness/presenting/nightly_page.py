@@ -37,12 +37,15 @@ def _case_benchmarks(case: str) -> list[str]:
 
 def view(nights: list[dict], conformance: dict, asv_html: str) -> dict[str, Any]:
     """What the template shows of the last night of `nights`."""
+    from harness.releases.history import stale_cases
+
     night = nights[-1]
     label = night["build"]["label"]
+    stale = stale_cases(conformance)
     checklist = [{"case": key, "outcome": c["outcome"],
                   "status": (c.get("expected") or {}).get("status", c["outcome"]),
                   "why": (c.get("expected") or {}).get("why") or c.get("reason", ""),
-                  "warnings": c.get("warnings", [])}
+                  "warnings": c.get("warnings", []), "stale": stale.get(key, "")}
                  for key, c in sorted(conformance["cases"].items())]
     gate = night.get("gate")
     rows = []

@@ -93,6 +93,14 @@ def _cells(rows: list[dict[str, Any]], digits: int = 6) -> list[dict[str, Any]]:
             for r in rows]
 
 
+def _stale(e: records.Result) -> str:
+    """Why a result was judged by checks that have changed since ("" where it is current)."""
+    from harness import registry
+    from harness.cases import stale_reason
+
+    return stale_reason(registry.find_case(e.suite, e.case), e.check_version) or ""
+
+
 def _case_row(e: records.Result) -> dict[str, Any]:
     tel = e.telemetry or {}
     exp = e.expected or {}
@@ -100,7 +108,7 @@ def _case_row(e: records.Result) -> dict[str, Any]:
             "params": param_id(e.params), "figures": key_figures(e, KEY_FIGURES),
             "reason": e.reason, "invalid": "; ".join(tel.get("invalid_reasons", [])),
             "issue": exp.get("issue", ""), "expected_why": exp.get("why", ""),
-            "rates": "; ".join(exp.get("rates", []))}
+            "rates": "; ".join(exp.get("rates", [])), "stale": _stale(e)}
 
 
 def _suite_view(anchor: str, name: str, entries: list[records.Result],
@@ -118,6 +126,7 @@ def _suite_view(anchor: str, name: str, entries: list[records.Result],
         "verdict": "fail" if bad else ("expected-fail" if statuses["expected-fail"] else (
             "pass" if conformance["pass"] + benchmark["pass"] else "skip")),
         "expected_fails": statuses["expected-fail"],
+        "stale": sum(1 for e in entries if _stale(e)),
         "figures": [_safe(f) for f in made if f is not None and not f.empty],
         "cases": [_case_row(e) for e in entries],
         "tables": [{"case": e.case, "device": e.device, "params": param_id(e.params),
@@ -139,6 +148,7 @@ def _run_view(i: int, run: records.Run, known: dict) -> dict[str, Any]:
     return {
         "anchor": anchor, "machine": m, "started": run.started, "profile": run.profile,
         "finished": run.finished, "result_count": len(run.results),
+        "stale": sum(1 for e in run.results if _stale(e)),
         "hosts": run.hosts or [],
         "suites": [_suite_view(anchor, name, entries, known)
                    for name, entries in by_suite.items()],
@@ -177,10 +187,14 @@ def _matrix_view(record: dict) -> dict[str, Any]:
     for step in record["steps"]:
         for c in step["changes"]:
             changed[c["case"]].add(step["to"])
+    from harness.releases.history import stale_cases
+
     cases = sorted({cid for side in record["sides"].values() for cid in side["cases"]})
+    stale = {lb: stale_cases(record["sides"][lb]) for lb in labels}
     features = [{"case": cid, "cells": [
         {**(record["sides"][lb]["cases"].get(cid) or {"outcome": "absent", "warnings": []}),
-         "changed": lb in changed[cid]} for lb in labels]} for cid in cases]
+         "changed": lb in changed[cid], "stale": stale[lb].get(cid, "")} for lb in labels]}
+        for cid in cases]
     verdicts = {(step["to"], v["case"], v["metric"], json.dumps(v["labels"], sort_keys=True)):
                 v for step in record["steps"] for v in step["headline_verdicts"]}
     rows: dict[tuple, dict] = {}
@@ -203,6 +217,7 @@ def _matrix_view(record: dict) -> dict[str, Any]:
             "headlines": [{**r, "cells": [r["cells"].get(lb) for lb in labels]}
                           for r in rows.values()],
             "changes": changes, "rounds": record["rounds"],
+            "stale": sum(len(v) for v in stale.values()),
             "machine": (record.get("machine") or {}).get("name", ""),
             "started": record.get("started", ""),
             # every verdict a column, those of records judged before `worse` and `better` too
@@ -232,15 +247,20 @@ def _history_view(recs: list[dict]) -> dict[str, Any]:
                   + (f": {c['reason']}" if c.get("reason") else "")
                   + (f" (before: {c['reason_before']})" if c.get("reason_before") else ""))
         changes.append({"release": release, "before": before, "case": c["case"],
-                        "what": c["what"], "detail": detail, "flag": c.get("flag")})
+                        "what": c["what"], "detail": detail, "flag": c.get("flag"),
+                        "stale": c.get("stale", "")})
     cases = sorted({cid for r in recs for cid in r["cases"]})
+    stale = {r["release"]: history.stale_cases(r) for r in recs}
     features = []
     for cid in cases:
         cells = []
         for r in recs:
             c = r["cases"].get(cid) or {"outcome": "absent", "warnings": [], "reason": ""}
+            why = stale[r["release"]].get(cid, "")
             cells.append({**c, "css": "na" if c["outcome"] == "n/a" else c["outcome"],
-                          "title": c.get("reason") or "", "changed": r["release"] in changed[cid]})
+                          "title": "\n".join(filter(None, [c.get("reason"),
+                                                           why and f"STALE: {why}"])),
+                          "changed": r["release"] in changed[cid], "stale": why})
         features.append({"case": cid, "cells": cells})
     examples: dict[str, dict] = {}
     for r in recs:
@@ -274,6 +294,7 @@ def _history_view(recs: list[dict]) -> dict[str, Any]:
             "first": labels[0] if labels else "", "last": labels[-1] if labels else "",
             "machine": (recs[0].get("machine") or {}).get("name", "") if recs else "",
             "wall_min": round(sum(r.get("wall_s", 0) for r in recs) / 60, 1),
+            "stale": {release: len(why) for release, why in stale.items() if why},
             **history.totals(recs)}
 
 

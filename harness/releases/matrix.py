@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -121,7 +122,7 @@ def matrix(sides: list[str], units: list[Unit], run_args: list[str], rounds: int
            expected: tuple[list, str] | None = None,
            cal: Calibration | None = None, max_rounds: int | None = None) -> dict[str, Any]:
     """Run the matrix; returns its record (also written as `<dir>/matrix.json`). With
-    `max_rounds` above `rounds`, a benchmark with inconclusive figures in any step gets the
+    `max_rounds` above `rounds`, a benchmark with undecided figures in any step gets the
     further rounds they need (`campaign.extend`), on every side."""
     if len(sides) < 2:
         raise CampaignError("a matrix needs at least two environments")
@@ -181,6 +182,74 @@ def judge_again(base: Path, thresholds: dict[str, float] | None = None,
     return judge(base, labels, {v["label"]: v["torch"] for v in meta["versions"]},
                  _runs(base, labels), meta["rounds"], thresholds, meta.get("more_rounds"),
                  expected, cal, meta.get("max_rounds"))
+
+
+def stale_units(base: Path) -> dict[Unit, list[int]]:
+    """The units of an earlier matrix with a result judged by checks that have changed since
+    (`harness.cases.stale_reason`), each with the sides (positions) to run it on again: the
+    sides where a conformance unit is stale, every side for a benchmark, whose figures are
+    judged side against side round by round and so must be measured in the same rounds."""
+    from harness import registry
+    from harness.cases import stale_reason
+
+    by_side = campaign.load_rounds(base)
+    found: dict[tuple[str, bool], dict[str, Any]] = {}
+    for side, runs in by_side.items():
+        for run in runs:
+            for e in run.results:
+                bench = e.kind == "benchmark"
+                unit = found.setdefault((f"{e.suite}.{e.case}" if bench else e.suite, bench),
+                                        {"suite": e.suite, "cases": [], "sides": set(),
+                                         "profile": run.profile})
+                if e.case not in unit["cases"]:
+                    unit["cases"].append(e.case)
+                if stale_reason(registry.find_case(e.suite, e.case), e.check_version):
+                    unit["sides"].add(int(side))
+    every = sorted(int(side) for side in by_side)
+    return {Unit(u["suite"], tuple(u["cases"]), benchmark=bench): every if bench else
+            sorted(u["sides"]) for (_, bench), u in found.items() if u["sides"]}
+
+
+def run_stale_again(base: Path, progress: Callable[[str], None]) -> dict[str, list[str]]:
+    """Run again, in an earlier matrix's folder, the units `stale_units` finds, in every round
+    they had, replacing their stored rounds (each unit's old rounds kept until its new ones
+    are written); `judge_again` then gives the record. Returns each unit's sides run again,
+    by label."""
+    try:
+        meta = json.loads((base / "matrix.json").read_text())
+    except (OSError, ValueError) as e:
+        raise CampaignError(f"{base}: not a matrix folder ({e})") from e
+    labels = [v["label"] for v in meta["versions"]]
+    todo = stale_units(base)
+    if not todo:
+        return {}
+    sides = []
+    for i, label in enumerate(labels):
+        python = side_python(label)[1]
+        sides.append(campaign.Side(str(i), label, python, campaign.torch_version(python)))
+    done: dict[str, list[str]] = {}
+    for unit, positions in todo.items():
+        n = len([p for p in (base / "rounds").glob(f"{unit.name}-*-{positions[0]}")])
+        profile = next(iter(campaign.load_rounds(base).values()))[0].profile
+        run = campaign.Campaign(base, sides, [unit], ["--profile", profile], progress)
+        steps = [step for step in campaign.plan([unit], len(sides), {unit.name: n})
+                 if step.side in positions]
+        aside = base / "stale-rounds"
+        for step in steps:
+            old = base / "rounds" / f"{unit.name}-{step.round:02d}-{step.side}"
+            if old.exists():
+                aside.mkdir(exist_ok=True)
+                old.rename(aside / old.name)
+        try:
+            run.run(steps)
+        except CampaignError:
+            for kept in aside.glob(f"{unit.name}-*"):  # the unit's old rounds back
+                shutil.rmtree(base / "rounds" / kept.name, ignore_errors=True)
+                kept.rename(base / "rounds" / kept.name)
+            raise
+        shutil.rmtree(aside, ignore_errors=True)
+        done[unit.name] = [labels[p] for p in positions]
+    return done
 
 
 def judge(base: Path, labels: list[str], versions: dict[str, str],
