@@ -154,7 +154,7 @@ def test_calibrate_keeps_the_calibration_of_other_hardware_of_the_same_name(tmp_
     path = calibration.write(cal, tmp_path)
     before = path.read_text()
     out = subprocess.run([BIN / "release-bench", "calibrate", "--suite", "profiler", "--case",
-                          "overhead", "--rounds", "3", "--out", str(tmp_path),
+                          "overhead", "--rounds", "3", "--sequential", "--out", str(tmp_path),
                           "--work", str(tmp_path / "work")],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
@@ -189,7 +189,8 @@ def test_calibrate_runs_an_aa_here_and_writes_the_machines_calibration(tmp_path)
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "at least 3" in bad.stderr
     out = subprocess.run([BIN / "release-bench", "calibrate", "--suite", "profiler", "--case",
-                          "overhead", "--rounds", "3", "--out", str(tmp_path / "cal"),
+                          "overhead", "--rounds", "3", "--sequential",
+                          "--out", str(tmp_path / "cal"),
                           "--work", str(tmp_path / "work")],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -274,7 +274,7 @@ def test_show_of_an_ab_folder_counts_every_verdict(tmp_path):
     assert out.returncode == 0, out.stderr
     assert ("1 regression, 0 improvement, 1 worse, 0 better, 1 inconclusive, 1 unchanged, "
             "0 unverified" in out.stdout)
-    assert "worse/better = significant but inside the tolerance" in out.stdout
+    assert "worse/better = a change shown, its estimate inside the tolerance" in out.stdout
     (tmp_path / "comparison.json").write_text("{}")
     bad = cli_run("show", str(tmp_path))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not a comparison" in bad.stderr
@@ -285,19 +285,19 @@ def test_a_calibration_of_other_hardware_or_another_design_is_refused_in_one_lin
     calibrated: anything else would take another machine's noise for this one's."""
     spec = str(ROOT / "results" / "calibration" / "intel-xeon-2c.bursts.json")
     calibrated = json.loads(Path(spec).read_text())["machine"]
-    args = argparse.Namespace(calibration=spec, duet=False, bursts=True)
+    args = argparse.Namespace(calibration=[spec], design="bursts")
     cal, line = common.read_calibration(args, calibrated)
     assert cal.design == "bursts" and line == f"calibration: {spec}"
-    for duet, bursts, says in [(False, False, "these are sequential (release-bench calibrate)"),
-                               (True, False, "these are duet (release-bench calibrate --duet)")]:
-        args = argparse.Namespace(calibration=spec, duet=duet, bursts=bursts)
+    for design, says in [("sequential", "these are sequential (release-bench calibrate)"),
+                         ("duet", "these are duet (release-bench calibrate --design duet)")]:
+        args = argparse.Namespace(calibration=[spec], design=design)
         with pytest.raises(UsageError, match=re.escape(f"{spec}: calibrates bursts rounds, "
                                                        f"and {says}")):
             common.read_calibration(args, calibrated)
     other = {**calibrated, "cpu": {**calibrated["cpu"], "logical_cores": 4}}
     with pytest.raises(UsageError, match=re.escape(f"--calibration {spec}: of other hardware "
                                                    f"(logical cores (2 vs 4))")):
-        common.read_calibration(argparse.Namespace(calibration=spec, bursts=True), other)
+        common.read_calibration(argparse.Namespace(calibration=[spec], design="bursts"), other)
 
 
 NO_TORCH = """

@@ -388,10 +388,11 @@ def test_in_ab_the_history_keeps_a_flipping_metric_from_looking_steady():
     judged = {c.labels["i"]: c for c in compare.compare_runs(a, b, replicates=reps,
                                                              history=history, cal=bare)}
     assert judged["flips"].verdict == "inconclusive", judged["flips"].why
-    # without a calibration, two rounds decide nothing at all
+    # without a calibration, two rounds decide nothing at all: not judged, and open to more
     uncalibrated = {c.labels["i"]: c for c in compare.compare_runs(a, b, replicates=reps)}
-    assert uncalibrated["flips"].verdict == "inconclusive"
+    assert uncalibrated["flips"].verdict == "unverified"
     assert "2 paired rounds decide nothing" in uncalibrated["flips"].why
+    assert uncalibrated["flips"].undecided and uncalibrated["flips"].rounds_to_decide >= 5
 
 
 def test_without_a_calibration_a_level_drawn_per_process_needs_five_rounds_to_decide():
@@ -411,7 +412,7 @@ def test_without_a_calibration_a_level_drawn_per_process_needs_five_rounds_to_de
     changes = compare.compare_runs(campaign.merge_runs(a3, "ab"), campaign.merge_runs(b3, "ab"),
                                    compare.AB_THRESHOLDS,
                                    replicates=campaign.round_values(a3, b3))
-    assert {c.verdict for c in changes} == {"inconclusive"}
+    assert {c.verdict for c in changes} == {"unverified"}
     assert all("would be improvement" in c.why for c in changes), [c.why for c in changes]
     a5, b5 = runs([0.099, 0.101, 0.102, 0.100, 0.098]), runs([0.078, 0.077, 0.080, 0.079, 0.078])
     changes = compare.compare_runs(campaign.merge_runs(a5, "ab"), campaign.merge_runs(b5, "ab"),
@@ -589,7 +590,8 @@ def _judged(case: str, to_decide: list[int | None], verdict: str = "inconclusive
     suite, name = case.split("/")
     return [compare.Change(records.CaseKey(suite, name, "cpu"), "t", {"i": i}, "s", "time",
                            compare.Verdict(verdict), 1.0, 1.0, 1.0, None, 0.5, adjusted=0.5,
-                           rounds_to_decide=n, se_log=0.1)
+                           rounds_to_decide=n, se_log=0.1,
+                           undecided=compare.open_question(compare.Verdict(verdict), 0.5))
             for i, n in enumerate(to_decide)]
 
 
@@ -612,6 +614,9 @@ def test_the_further_rounds_go_to_the_benchmarks_with_inconclusive_figures():
     assert campaign.rounds_to_decide(changes, units, done, 5) == {}
     decided = [*_judged("amp/gemm_ladder", [7], verdict="regression")]
     assert campaign.rounds_to_decide(decided, units, done, 10) == {}
+    # a change shown inside the tolerance whose interval reaches past it is still open
+    reaching = [*_judged("amp/gemm_ladder", [9], verdict="worse")]
+    assert campaign.rounds_to_decide(reaching, units, done, 10) == {"amp.gemm_ladder": 9}
 
 
 def _fake_campaign(monkeypatch, rng) -> list:
@@ -656,7 +661,7 @@ def test_ab_runs_the_further_rounds_an_inconclusive_benchmark_needs_in_the_same_
     assert first["rounds"]["s.noisy"] < last["rounds"]["s.noisy"] == 10
     assert first["counts"]["inconclusive"] >= 1 and sum(last["counts"].values()) == sum(
         first["counts"].values())
-    assert "further rounds for the inconclusive figures: s.noisy 10" in said
+    assert "further rounds for the undecided figures: s.noisy 10" in said
     folders = sorted(f.name for f in (res["dir"] / "rounds").iterdir())
     assert len([f for f in folders if f.startswith("s.quiet-")]) == 10
     noisy = sorted(f.split("-")[1:] for f in folders if f.startswith("s.noisy-"))
@@ -1094,13 +1099,52 @@ def test_the_correction_can_only_hold_a_verdict_back_and_the_row_says_so():
     assert _judge(1.0, p=0.8, q=0.01, interval=(0.97, 1.03), tested=40).verdict == "unchanged"
 
 
+def test_a_shown_change_whose_interval_reaches_past_the_tolerance_counts_in_its_direction():
+    """A significant change, its estimate inside the tolerance, its interval reaching past it
+    (amp's training step 1.044x [1.030, 1.069], adjusted p 0.0012, in a duet of a held-out
+    slowdown): `worse`, never `inconclusive`, and the row says that its interval reaches past
+    the tolerance; it stays open to further rounds. Past the tolerance, the same is a
+    regression; inside it with equivalence shown, a closed `worse`."""
+    c = _judge(1.044, p=0.0012, q=0.3, interval=(1.030, 1.069))
+    assert c.verdict == "worse" and c.undecided is False  # `decide` opens it (below)
+    assert "its estimate inside the 5% tolerance, but its interval reaches past it" in c.why
+    assert compare.open_question(c.verdict, 0.3) and not compare.open_question(c.verdict, 0.01)
+    assert _judge(1 / 1.044, p=0.0012, q=0.3, interval=(1 / 1.069, 1 / 1.03)).verdict == "better"
+    assert _judge(1.07, p=0.0012, q=0.9, interval=(1.04, 1.10)).verdict == "regression"
+    rng = np.random.default_rng(42)
+    a, b, reps = _paired_family(rng, 1.044, 0.02, 5)
+    judged = compare.compare_runs(a, b, compare.AB_THRESHOLDS, replicates=reps,
+                                  cal=_calibration())
+    shown = [c for c in judged if c.adjusted < 0.05 and c.beyond == 0]
+    assert shown, [(c.verdict, c.adjusted, c.interval) for c in judged]
+    for c in shown:
+        assert c.verdict == "worse", c.why
+        if c.interval[1] > 1.05:  # open: further rounds may yet show it past the tolerance
+            assert c.undecided and c.rounds_to_decide > 5 and "rounds would tell" in c.why
+
+
+@pytest.mark.parametrize("p", [0.0001, 0.01, 0.049])
+@pytest.mark.parametrize("q", [0.001, 0.2, 1.0])
+@pytest.mark.parametrize("factor", [0.9, 0.97, 1.0, 1.03, 1.1])
+def test_a_significant_change_is_never_inconclusive_or_unchanged(p, q, factor):
+    """Whatever its interval and equivalence test, a figure whose change is shown (adjusted p
+    below 0.05) is counted in its direction: regression or improvement past the tolerance,
+    worse or better inside it."""
+    for better in ("lower", "higher"):
+        c = _judge(factor, p, q, better=better, interval=(factor * 0.9, factor * 1.1))
+        bad = (factor > 1) == (better == "lower")
+        if factor == 1.0:
+            assert c.verdict in ("worse", "better"), c.why
+        elif abs(math.log(factor)) > math.log(1.05):
+            assert c.verdict == ("regression" if bad else "improvement"), c.why
+        else:
+            assert c.verdict == ("worse" if bad else "better"), c.why
+
+
 def test_an_inconclusive_figure_says_which_test_held_it_back():
-    """Neither past the tolerance nor inside it: a significant change whose interval may reach
-    past the tolerance, and an interval that excludes 1 where the corrected test does not
-    call the change significant, each say so (not a generic 'reaches past')."""
-    c = _judge(1.03, p=0.01, q=0.3, interval=(1.01, 1.06))
-    assert c.verdict == "inconclusive"
-    assert c.why.startswith("a significant change (adjusted p 0.01) that may reach past the 5%")
+    """Neither a change nor its absence shown: an interval that excludes 1 where the
+    corrected test does not call the change significant says so (not a generic 'reaches
+    past')."""
     c = _judge(1.03, p=0.2, q=0.3, interval=(1.01, 1.06), tested=40)
     assert c.verdict == "inconclusive"
     assert c.why.startswith("its interval excludes 1, but over 40 figures the change is not "

@@ -250,7 +250,8 @@ def test_the_default_gate_and_asv_selection_are_the_headline_cases_tracks():
     from harness import registry
     from harness.commands import nightly as command
 
-    units = command._headline_units(registry.suite_names(), None, [], None, False)
+    units = command._headline_units(registry.suite_names(), None, [], None,
+                                    command.Design.SEQUENTIAL)
     tracked = {u.name for u in units}
     assert {"amp.gemm_ladder", "rpc.round_trip"} <= tracked
     names = command.asv_names(units)

@@ -238,7 +238,8 @@ def test_round_trips_in_bursts_run_the_caller_and_the_callee_on_cpus_of_their_ow
 
 def test_bad_bursts_options_are_one_line_and_exit_2():
     for args, said in (
-            (["ab", ".venv", ".venv", "--duet", "--bursts"], "choose one design"),
+            (["ab", ".venv", ".venv", "--duet", "--bursts"],
+             "argument --bursts: not allowed with argument --duet"),
             (["ab", ".venv", ".venv", "--bursts", "--suite", "fork_wait"],
              "none of the selected benchmarks can run in bursts"),
             (["run", "--suite", "rpc", "--turns", "C@/nowhere"], "expected SIDE@SOCKET")):

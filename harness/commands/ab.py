@@ -9,7 +9,6 @@ import sys
 from harness import records
 from harness.commands import common, judging
 from harness.commands.common import UsageError
-from harness.records import Design
 
 # ab's rounds a side: A B, B A, A B, B A, A B
 DEFAULT_ROUNDS = 5
@@ -34,10 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "B A, A B); a benchmark whose level this machine's calibration "
                              "found drawn per process gets a multiple (its rounds factor)")
     parser.add_argument("--max-rounds", type=int, metavar="N",
-                        help="give a benchmark with inconclusive figures the further rounds "
-                             "they need to be decided, judging again after each stage, up to N "
+                        help="give a benchmark with undecided figures (inconclusive, or a "
+                             "change whose interval reaches past the tolerance) the further "
+                             "rounds they need, judging again after each stage, up to N "
                              "in all (times its rounds factor); default: no further rounds")
-    common.add_duet(parser)
+    common.add_design(parser)
     common.add_calibration(parser)
     parser.add_argument("--out", default="results/scratch/ab", metavar="DIR",
                         help="where both sides' runs and the comparison go")
@@ -67,16 +67,18 @@ def main(args) -> int:
         raise UsageError("ab needs two environments, A and B (or --judge AB_DIR)")
     history = history_floor(args)
     run_args = common.run_args(args)
-    if args.judge:  # the stored rounds say how they were measured, and so which calibration
-        measured = ab.measured_design(Path(args.judge))
-        args.duet, args.bursts = measured == Design.DUET, measured == Design.BURSTS
-    cal, cal_line = common.read_calibration(args)
+    # the stored rounds say how each benchmark was measured, and so which calibration
+    units = (ab.stored_units(Path(args.judge)) if args.judge
+             else judging.units(suites, args))
+    cal, cal_line = common.read_calibration(args, units=units)
+    if cal is not None:
+        units = campaign.with_rounds_factors(units, cal)
     try:
         if args.judge:
             res = ab.judge(Path(args.judge), dict(args.threshold), history, cal)
         else:
-            res = ab.ab(args.a, args.b, judging.units(suites, args, cal), run_args, args.rounds,
-                        Path(args.out), lambda s: print(s, file=sys.stderr, flush=True),
+            res = ab.ab(args.a, args.b, units, run_args, args.rounds, Path(args.out),
+                        lambda s: print(s, file=sys.stderr, flush=True),
                         dict(args.threshold), history, args.max_rounds, cal)
     except campaign.CampaignError as e:
         raise UsageError(str(e)) from e
@@ -84,17 +86,9 @@ def main(args) -> int:
           f"{res['rounds']} rounds per side, round by round ({res['schedule']} for each "
           f"suite's conformance cases and each benchmark case{judging.more_rounds_text(res)}); "
           f"history floor: {f'{len(history)} runs' if history else 'none'}")
+    for line in judging.design_lines(res["design"], res["rounds"], res["dir"]):
+        print(line)
     print(cal_line)
-    if duets := res.get("design", {}).get("duet_units", []):
-        halves = " and ".join(",".join(map(str, h)) for h in res["design"]["halves"])
-        many = "s" if len(duets) != 1 else ""
-        print(f"as duets ({len(duets)} benchmark{many}, {2 * res['rounds']} rounds a side: "
-              f"{res['rounds']} swapped pair{'s' if res['rounds'] != 1 else ''} on CPUs "
-              f"{halves}): {', '.join(duets)}; on the "
-              f"CPU only (their CUDA runs, if any, need ab without --duet)")
-    if bursts := res.get("design", {}).get("bursts_units", []):
-        print(f"in bursts ({res['rounds']} rounds, both sides alive through each, in turns; "
-              f"the turns' log in {res['dir']}/turns): {', '.join(bursts)}")
     counts = judging.print_changes(res["changes"], False)
     judging.print_stages(res.get("judged", []))
     print("rounds' spread: " + judging.detectable_line(res["changes"]))

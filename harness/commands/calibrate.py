@@ -10,6 +10,7 @@ from harness import records
 from harness.commands import ab as ab_command
 from harness.commands import common, judging
 from harness.commands.common import EXIT_OK, UsageError
+from harness.records import Design
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,13 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "machine's name (machines of one name can differ in CPU flags)")
     parser.add_argument("--work", default="results/scratch/calibrate", metavar="DIR",
                         help="where the A/A's rounds go")
-    parser.add_argument("--duet", action="store_true",
-                        help="calibrate duets (`ab --duet`) instead of sequential rounds: the "
-                             "duet-capable benchmarks, --rounds swapped pairs; written to "
-                             "<machine>.duet.json")
-    parser.add_argument("--bursts", action="store_true",
-                        help="calibrate bursts (`ab --bursts`) instead: the bursts-capable "
-                             "benchmarks, --rounds rounds; written to <machine>.bursts.json")
+    # the designs `ab` runs its benchmarks in: each calibrated file holds one design's units
+    # (<machine>.json sequential, <machine>.duet.json, <machine>.bursts.json)
+    common.add_design(parser)
 
 
 def main(args) -> int:
@@ -45,13 +42,19 @@ def main(args) -> int:
     suites = common.selected_suites(args)
     if args.rounds < 3:
         raise UsageError(f"--rounds must be at least 3 to measure a spread, got {args.rounds}")
-    design = common.design(args)
-    units = [u for u in judging.units(suites, args) if u.benchmark and u.design == design]
+    wanted = common.design(args)
+    # a design asked for by name calibrates the benchmarks that declare it; by default each
+    # benchmark is calibrated in the design `ab` runs it in, each design in a file of its own
+    units = [u for u in judging.units(suites, args) if u.benchmark
+             and (wanted is None or u.design == wanted)]
     if not units:
         raise UsageError("nothing to calibrate: no benchmark case matches the selection")
+    designs = sorted({u.design for u in units})
     root = Path(args.out) if args.out else calibration.CALIBRATIONS
     here = machine.fingerprint()
-    _keep_other_hardwares(calibration.path_for(here["name"], root, design), here, args.replace)
+    for design in designs:
+        _keep_other_hardwares(calibration.path_for(here["name"], root, design), here,
+                              args.replace)
     started = records.now()
     try:
         res = ab.ab(args.python, args.python, units, common.run_args(args), args.rounds,
@@ -59,28 +62,43 @@ def main(args) -> int:
     except campaign.CampaignError as e:
         raise UsageError(f"calibrate: {e}") from e
     fingerprint = res["A"].machine
-    measured = {"started": started, "finished": records.now(), "rounds": args.rounds,
-                "design": design, "profile": args.profile,
-                "torch": (fingerprint.get("torch") or {}).get("version"),
-                "commit": (fingerprint.get("project") or {}).get("commit"),
-                "command": ["release-bench", *(records.shown_path(a) if a.startswith("/") else a
-                                               for a in sys.argv[1:])]
-                if sys.argv[1:2] == ["calibrate"] else ["release-bench", "calibrate"],
-                "ab": records.shown_path(res["dir"]), "aa_counts": compare.counts(res["changes"])}
     by_side = campaign.load_rounds(res["dir"])
-    cal = calibrate.measure(by_side["A"], by_side["B"], here,
-                              [u.name for u in units], ab_command.DEFAULT_ROUNDS, measured)
-    path = calibration.write(cal, root)
-    doc = cal.to_json()
-    rounds = "pairs" if args.duet else "rounds"  # a duet is judged per swapped pair
-    print(summary.table_text([
-        {"family": f"{f['case']} {f['kind']}", "sd of log B/A": f"{100 * f['sd_log_ratio']:.1f}%",
-         f"detectable at 5 {rounds}": f"{100 * f['detectable_at']['5']:.1f}%",
-         f"{rounds} for 10%": f["rounds_for"]["0.1"], f"{rounds} for 5%": f["rounds_for"]["0.05"],
-         "level per process": f["per_process"]} for f in doc["families"]], limit=200))
-    print("rounds factors: " + ", ".join(f"{u} {n}" for u, n in doc["rounds_factor"].items()))
-    print("A/A verdicts: " + ", ".join(f"{n} {v}" for v, n in measured["aa_counts"].items()))
-    print(f"calibration written to {path}")
+    for design in designs:
+        mine = [u for u in units if u.design == design]
+
+        def of_design(runs, mine=mine):
+            # a round's run holds one unit's cases: those of this design's units
+            return [r for r in runs if r.results and any(u.covers(r.results[0].case_key)
+                                                          for u in mine)]
+
+        measured = {"started": started, "finished": records.now(), "rounds": args.rounds,
+                    "design": design, "profile": args.profile,
+                    "torch": (fingerprint.get("torch") or {}).get("version"),
+                    "commit": (fingerprint.get("project") or {}).get("commit"),
+                    "command": ["release-bench", *(records.shown_path(a) if a.startswith("/")
+                                                   else a for a in sys.argv[1:])]
+                    if sys.argv[1:2] == ["calibrate"] else ["release-bench", "calibrate"],
+                    "ab": records.shown_path(res["dir"]),
+                    "aa_counts": compare.counts([c for c in res["changes"]
+                                                 if any(u.covers(c.case) for u in mine)])}
+        cal = calibrate.measure(of_design(by_side["A"]), of_design(by_side["B"]), here,
+                                [u.name for u in mine], ab_command.DEFAULT_ROUNDS, measured)
+        path = calibration.write(cal, root)
+        doc = cal.to_json()
+        rounds = "pairs" if design == Design.DUET else "rounds"  # a duet: per swapped pair
+        print(f"{design}: {', '.join(u.name for u in mine)}")
+        print(summary.table_text([
+            {"family": f"{f['case']} {f['kind']}",
+             "sd of log B/A": f"{100 * f['sd_log_ratio']:.1f}%",
+             f"detectable at 5 {rounds}": f"{100 * f['detectable_at']['5']:.1f}%",
+             f"{rounds} for 10%": f["rounds_for"]["0.1"],
+             f"{rounds} for 5%": f["rounds_for"]["0.05"],
+             "level per process": f["per_process"]} for f in doc["families"]], limit=200))
+        print("rounds factors: " + ", ".join(f"{u} {n}"
+                                             for u, n in doc["rounds_factor"].items()))
+        print("A/A verdicts: " + ", ".join(f"{n} {v}"
+                                           for v, n in measured["aa_counts"].items()))
+        print(f"calibration of {design} rounds written to {path}")
     return EXIT_OK
 
 

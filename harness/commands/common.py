@@ -8,6 +8,7 @@ import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from harness.cases import PROFILES
 from harness.records import Design
@@ -84,61 +85,106 @@ def add_selection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", default="quick", choices=PROFILES)
 
 
-def add_duet(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duet", action="store_true",
-                        help="run each duet-capable benchmark as a duet: both sides at once, "
-                             "each on half of the CPUs (swapped every other round), judged per "
-                             "swapped pair; --rounds then counts pairs (harness.running.duet)")
-    parser.add_argument("--bursts", action="store_true",
-                        help="run each bursts-capable benchmark (RPC round trips and batched "
-                             "updates, the DDP+RPC step) in bursts: both sides' processes "
-                             "alive through a round, measuring in turns A B, B A, ..., each "
-                             "only while the other waits (harness.running.turns)")
+BEST = "best"  # each benchmark in the most precise design it declares
 
 
-def design(args) -> Design:
-    """The design `--duet` or `--bursts` asks for (sequential without either); both at once
-    are refused in one line: a comparison is judged with one design's calibration."""
-    duet, bursts = getattr(args, "duet", False), getattr(args, "bursts", False)
-    if duet and bursts:
-        raise UsageError("--duet and --bursts: choose one design (each is judged with its own "
-                         "calibration)")
-    return Design.DUET if duet else Design.BURSTS if bursts else Design.SEQUENTIAL
+def add_design(parser: argparse.ArgumentParser) -> None:
+    """`--design` and its short forms: how a campaign of two sides measures its benchmarks."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--design", choices=[BEST, *Design], default=BEST,
+                       help="best (the default): each benchmark in the most precise design it "
+                            "declares, a duet where it declares duet=True, bursts where it "
+                            "declares only bursts=True, else sequential rounds (a duet's CUDA "
+                            "runs go sequentially: one GPU cannot be halved); or one design for "
+                            "every benchmark that declares it, the rest sequential")
+    for design, what in (
+            (Design.SEQUENTIAL, "every benchmark in sequential rounds, the sides one after the "
+                                "other in fresh processes"),
+            (Design.DUET, "each duet-capable benchmark as a duet, both sides at once, each on "
+                          "half of the CPUs (swapped every other round), judged per swapped "
+                          "pair; --rounds then counts pairs (harness.running.duet); the rest "
+                          "sequential"),
+            (Design.BURSTS, "each bursts-capable benchmark (RPC round trips and batched "
+                            "updates, the DDP+RPC step) in bursts, both sides' processes alive "
+                            "through a round, measuring in turns A B, B A, ..., each only while "
+                            "the other waits (harness.running.turns); the rest sequential")):
+        group.add_argument(f"--{design}", dest="design", action="store_const",
+                           const=design.value, help=f"--design {design}: {what}")
+
+
+def design(args) -> Design | None:
+    """The design the options ask for: None for each benchmark's best (`--design best`, the
+    default where a command has the option); sequential for a command without it."""
+    chosen = getattr(args, "design", Design.SEQUENTIAL.value)
+    return None if chosen == BEST else Design(chosen)
 
 
 def add_calibration(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--calibration", metavar="FILE",
-                        help="this machine's calibration (default: results/calibration/"
-                             "<machine>.json, made by `release-bench calibrate`); 'none' uses "
+    parser.add_argument("--calibration", metavar="FILE", action="append",
+                        help="this machine's calibration of a design (default: results/"
+                             "calibration/<machine>.json for sequential rounds, "
+                             "<machine>.duet.json, <machine>.bursts.json, made by `release-bench "
+                             "calibrate`); once per design the benchmarks run in; 'none' uses "
                              "the conservative defaults")
 
 
-def read_calibration(args, fingerprint: dict | None = None):
-    """The calibration `--calibration` names (None: the conservative defaults) and one line
-    saying which, for the command to print with its verdicts (not before: bad input stays
-    one line)."""
+def read_calibration(args, fingerprint: dict | None = None, units: list | None = None):
+    """The calibration that judges `units` (campaign.Unit; default: one unit of the design the
+    options ask for) and what it says, for the command to print with its verdicts (not
+    before: bad input stays one line). A duet's rounds wander less than sequential ones: each
+    design has its own calibration, and the figures of each unit are judged with its
+    design's (`calibration.ByDesign` where the units' designs differ); `--calibration FILE`
+    names one design's, the others are this machine's defaults. None: the conservative
+    defaults everywhere."""
     from harness.comparing import calibration
     from harness.running import machine
 
-    spec = getattr(args, "calibration", None)
-    if spec == "none":
+    specs = getattr(args, "calibration", None) or []
+    specs = [specs] if isinstance(specs, str) else specs
+    if "none" in specs:
         return None, "calibration: none (--calibration none): conservative defaults"
-    # a duet's rounds wander less than sequential ones: each design has its own calibration
-    wanted = design(args)
+    designs = sorted({u.design for u in units or () if u.benchmark}) or [
+        design(args) or Design.SEQUENTIAL]
     fingerprint = fingerprint or machine.fingerprint()
-    if spec is None:
-        return calibration.for_machine(fingerprint, design=wanted)
-    try:
-        cal = calibration.read(spec)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise UsageError(f"--calibration {spec}: not a calibration ({e})") from e
-    if differ := machine.differences(cal.machine, fingerprint):
-        raise UsageError(f"--calibration {spec}: of other hardware ({differ[0]})")
-    if cal.design != wanted:
-        option = "" if wanted == Design.SEQUENTIAL else f" --{wanted}"
-        raise UsageError(f"--calibration {spec}: calibrates {cal.design} rounds, and these are "
-                         f"{wanted} (release-bench calibrate{option})")
-    return cal, f"calibration: {spec}"
+    given: dict[Design, Any] = {}
+    for spec in specs:
+        try:
+            cal = calibration.read(spec)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UsageError(f"--calibration {spec}: not a calibration ({e})") from e
+        if differ := machine.differences(cal.machine, fingerprint):
+            raise UsageError(f"--calibration {spec}: of other hardware ({differ[0]})")
+        if cal.design not in designs:
+            wanted = " or ".join(designs)
+            option = "" if designs == [Design.SEQUENTIAL] else f" --design {designs[0]}"
+            raise UsageError(f"--calibration {spec}: calibrates {cal.design} rounds, and these "
+                             f"are {wanted} (release-bench calibrate{option})")
+        if cal.design in given:
+            raise UsageError(f"--calibration {spec}: a second calibration of {cal.design} "
+                             "rounds")
+        given[cal.design] = cal
+    parts, lines = {}, []
+    for d in designs:
+        if d in given:
+            cal, line = given[d], f"calibration: {given[d].source}"
+        else:
+            cal, line = calibration.for_machine(fingerprint, design=d)
+        if cal is not None:
+            parts[d] = cal
+        lines.append(line if len(designs) == 1 else f"{d}: {line}")
+    if len(designs) == 1:
+        return parts.get(designs[0]), lines[0]
+    if not parts:
+        return None, "\n".join(lines)
+    benchmarks = [u for u in units if u.benchmark]
+
+    def design_of(case) -> Design:
+        return next((u.design for u in benchmarks if u.covers(case)), Design.SEQUENTIAL)
+
+    factors = {u.name: parts[u.design].rounds_factor.get(u.name, 1) for u in benchmarks
+               if u.design in parts}
+    return calibration.ByDesign(parts, design_of, factors, "; ".join(
+        f"{d}: {c.source}" for d, c in parts.items())), "\n".join(lines)
 
 
 def add_expectations(parser: argparse.ArgumentParser) -> None:

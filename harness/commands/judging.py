@@ -80,9 +80,10 @@ def print_changes(changes, show_all: bool) -> dict[str, int]:
     judged = sum(1 for c in changes if c.adjusted is not None)
     print(", ".join(f"{n} {v}" for v, n in counts.items())
           + f" ({judged} figures tested; 95% intervals, false-discovery rate "
-            f"{compare.stats.ALPHA:g} over them: regression = past the tolerance and "
-            "significant; worse/better = significant but inside the tolerance; unchanged = "
-            "interval inside the tolerance and no change shown; inconclusive = neither)")
+            f"{compare.stats.ALPHA:g} over them: regression/improvement = a change shown "
+            "(significant), its estimate past the tolerance; worse/better = a change shown, "
+            "its estimate inside the tolerance; unchanged = interval inside the tolerance and "
+            "no change shown; inconclusive = neither shown)")
     return counts
 
 
@@ -93,28 +94,56 @@ def exit_status(counts: dict[str, int]) -> int:
 
 
 def units(suites: list[str], args, cal=None) -> list:  # of campaign.Unit
-    """What `ab` and `matrix` run in one process per side and round (`campaign.units`), with
-    the rounds factors of the calibration `cal`."""
+    """What `ab` and `matrix` run in one process per side and round (`campaign.units`), each
+    benchmark in the design the options ask for (each its best by default, where the command
+    has `--design`), with the rounds factors of the calibration `cal`. A design asked for by
+    name that no selected benchmark declares is bad input; where the best design of some is a
+    duet on a machine that cannot halve its CPUs, they run sequentially and say why."""
+    from dataclasses import replace
+
     from harness.comparing import campaign
+    from harness.running import duet as duets
 
     wanted = common.design(args)
-    duet, bursts = wanted == Design.DUET, wanted == Design.BURSTS
-    if not (units := campaign.units(suites, args.case, args.skip, cal, duet, bursts)):
+    if not (units := campaign.units(suites, args.case, args.skip, cal, wanted)):
         raise UsageError("nothing to run: no case matches the given suite, case and skip")
-    if bursts and not any(u.bursts for u in units):
+    if wanted == Design.BURSTS and not any(u.bursts for u in units):
         raise UsageError("--bursts: none of the selected benchmarks can run in bursts (see "
                          "`release-bench list`: bursts-capable cases say so)")
-    if duet:
-        from harness.running import duet as duets
-
-        if not any(u.duet for u in units):
-            raise UsageError("--duet: none of the selected benchmarks can run as a duet (see "
-                             "`release-bench list`: duet-capable cases say so)")
+    if wanted == Design.DUET and not any(u.duet for u in units):
+        raise UsageError("--duet: none of the selected benchmarks can run as a duet (see "
+                         "`release-bench list`: duet-capable cases say so)")
+    if any(u.duet for u in units):
         try:
             duets.halves()
         except duets.DuetError as e:
-            raise UsageError(f"--duet: {e}") from e
+            if wanted == Design.DUET:
+                raise UsageError(f"--duet: {e}") from e
+            units = [replace(u, design=Design.SEQUENTIAL, device="",
+                             why=f"its best design is a duet, but {e}") if u.duet else u
+                     for u in units]
     return units
+
+
+def design_lines(design: dict, rounds: int, folder) -> list[str]:
+    """The header lines that say which design each benchmark ran in, and why (`ab.design_of`;
+    a folder from before designs were kept per unit: its lists of duets and bursts)."""
+    units = design.get("units") or {
+        **{n: {"design": Design.DUET, "why": "--duet"} for n in design.get("duet_units", [])},
+        **{n: {"design": Design.BURSTS, "why": "--bursts"}
+           for n in design.get("bursts_units", [])}}
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name, u in units.items():
+        groups.setdefault((u["design"], u["why"]), []).append(name)
+    how = {Design.DUET: f"{2 * rounds} rounds a side, {rounds} swapped pairs"
+           + (" on CPUs " + " and ".join(",".join(map(str, h)) for h in design["halves"])
+              if design.get("halves") else ""),
+           Design.BURSTS: f"{rounds} rounds, both sides alive through each, in turns; the "
+                          f"turns' log in {folder}/turns",
+           Design.SEQUENTIAL: f"{rounds} rounds, the sides one after the other"}
+    order = [Design.DUET, Design.BURSTS, Design.SEQUENTIAL]
+    return [f"{d} ({how[Design(d)]}): {', '.join(names)} -- {why}"
+            for (d, why), names in sorted(groups.items(), key=lambda g: order.index(g[0][0]))]
 
 
 def check_rounds(args) -> None:

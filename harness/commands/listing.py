@@ -14,6 +14,7 @@ def main(args) -> int:
     from harness import registry
     from harness.commands.ab import DEFAULT_ROUNDS
     from harness.comparing import calibration
+    from harness.comparing.campaign import best_design
     from harness.running import machine
 
     profiles = [args.profile] if args.profile else list(PROFILES)
@@ -41,12 +42,14 @@ def main(args) -> int:
                 factor = cal.rounds_factor.get(f"{suite.name}.{c.name}", 1) if cal else 1
                 print(f"  {'':<11} campaign rounds: {factor * DEFAULT_ROUNDS} a side by default "
                       f"(rounds factor {factor})")
+                best, why = best_design(c)
+                print(f"  {'':<11} ab runs it as: {best} ({why})")
                 print(f"  {'':<11} " + (
-                    "duet: yes (ab --duet runs it on the CPU, both sides at once)" if c.duet
+                    "duet: yes (on the CPU, both sides at once)" if c.duet
                     else "duet: no (ab --duet runs it sequentially)"))
                 if c.bursts:
-                    print(f"  {'':<11} bursts: yes (ab --bursts keeps both sides alive "
-                          f"through a round, measuring in turns)")
+                    print(f"  {'':<11} bursts: yes (both sides alive through a round, "
+                          f"measuring in turns)")
         for w in suite.workloads:
             print(f"  {'workload':<11} {w.name:<34} [devices: {'/'.join(w.devices)}] {w.doc}")
     return EXIT_OK

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from harness.commands import common
 from harness.commands.common import EXIT_OK, UsageError
+from harness.records import Design
 
 DEFAULT_DIR = ".nightly"
 DEFAULT_RECORDS = "results/nightly"
@@ -47,8 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, metavar="K",
                         help=f"the gate's rounds (swapped pairs for duets; default "
                              f"{DEFAULT_ROUNDS})")
-    parser.add_argument("--no-duet", dest="duet", action="store_false",
-                        help="sequential rounds even where a case allows a duet")
+    common.add_design(parser)
+    parser.add_argument("--no-duet", dest="design", action="store_const",
+                        const=Design.SEQUENTIAL.value, help="--design sequential")
     parser.add_argument("--asv-bench", metavar="REGEX",
                         help="asv's benchmarks over builds (asv run --bench; default: the asv "
                              "figures of the gate's cases)")
@@ -63,12 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _headline_units(suites: list[str], gate: list[str] | None, skip: list[str],
-                    cal, duet: bool):
+                    cal, design: Design | None):
     from harness import registry
     from harness.comparing import campaign
 
     units = [u for u in campaign.units(suites if gate is None else registry.suite_names(),
-                                       skip=skip, cal=cal, duet=duet) if u.benchmark]
+                                       skip=skip, cal=cal, design=design) if u.benchmark]
     if gate is None:
         return [u for u in units if registry.load(u.suite).case(u.cases[0]).tracks]
     wanted = {g.replace("/", ".", 1) for g in gate}
@@ -224,6 +226,7 @@ def write_rehearsal(record_dir: Path, builds: list[str], nights: list[dict],
 
 
 def main(args) -> int:
+    from harness.comparing import campaign
     from harness.comparing.campaign import CampaignError
     from harness.releases import envs, ledger
     from harness.releases.nightly import Folder, Light, Plan
@@ -238,8 +241,10 @@ def main(args) -> int:
                          "starts from none (give another --dir)")
     if not args.rehearse and len(args.builds) > 1:
         raise UsageError("nightly: several builds are consecutive nights: add --rehearse")
-    cal, cal_line = common.read_calibration(args)
-    units = _headline_units(suites, args.gate, args.skip, cal, args.duet)
+    units = _headline_units(suites, args.gate, args.skip, None, common.design(args))
+    cal, cal_line = common.read_calibration(args, units=units)
+    if cal is not None:
+        units = campaign.with_rounds_factors(units, cal)
     bench = args.asv_bench
     if bench is None:
         names = asv_names(units)

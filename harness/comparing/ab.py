@@ -33,8 +33,9 @@ def ab(a: str, b: str, units: list[Unit], run_args: list[str], rounds: int, out_
        history: list[records.Run] | None = None, max_rounds: int | None = None,
        cal: Calibration | None = None) -> dict[str, Any]:
     """Run the A/B comparison; returns {"A": run, "B": run, "changes": [...], "dir": Path, ...}.
-    With `max_rounds` above `rounds`, a benchmark with inconclusive figures after its rounds
-    gets the further rounds they need (`campaign.extend`), until every figure is decided or it
+    With `max_rounds` above `rounds`, a benchmark with undecided figures after its rounds
+    (inconclusive, or a change whose interval reaches past the tolerance) gets the further
+    rounds they need (`campaign.extend`), until every figure is decided or it
     has `max_rounds` (times its rounds factor). `cal` is this machine's calibration, which the
     verdicts use."""
     pythons = {"A": campaign.python_of(a), "B": campaign.python_of(b)}
@@ -73,38 +74,58 @@ def ab(a: str, b: str, units: list[Unit], run_args: list[str], rounds: int, out_
 
 
 def design_of(units: list[Unit]) -> dict[str, Any]:
-    """How the campaign measures: sequential rounds, or duets for its duet units (each side on
-    a half of these CPUs in a round, harness.running.duet), or bursts for its bursts units
-    (both sides alive through a round, in turns, harness.running.turns). `kind` is the design
-    that decides which calibration judges: bursts where any unit has them, duet where any
-    has it."""
+    """How the campaign measures each benchmark: sequential rounds, a duet (each side on a
+    half of these CPUs in a round, harness.running.duet) or bursts (both sides alive through a
+    round, in turns, harness.running.turns), and why (`units`: name -> design and why). Each
+    unit's figures are judged with the calibration of its design. `kind` names the design
+    when the benchmarks share one, else "mixed"."""
     duets = [u.name for u in units if u.duet]
     bursts = [u.name for u in units if u.bursts]
-    out: dict[str, Any] = {"kind": Design.SEQUENTIAL}
+    benchmarks = {u.name: {"design": u.design, "why": u.why} for u in units if u.benchmark}
+    kinds = {d["design"] for d in benchmarks.values()}
+    out: dict[str, Any] = {"kind": kinds.pop() if len(kinds) == 1 else "mixed",
+                           "units": benchmarks}
     if duets:
         from harness.running import duet
 
-        out |= {"kind": Design.DUET, "duet_units": duets,
-                "halves": [list(h) for h in duet.halves()],
+        out |= {"duet_units": duets, "halves": [list(h) for h in duet.halves()],
                 "swap": "the halves swap every other round; judged per swapped pair"}
     if bursts:
-        out |= {"kind": Design.BURSTS, "bursts_units": bursts,
+        out |= {"bursts_units": bursts,
                 "turns": "both sides alive through a round, in turns A B, B A, ...; a turn "
                          "only while the other side waits; judged per round"}
     return out
 
 
-def measured_design(base: Path) -> Design:
-    """How a stored ab folder measured (its verdicts read that design's calibration);
-    sequential for a folder that is not one (`judge` says why)."""
+def stored_units(base: Path) -> list[Unit]:
+    """The benchmark units of a stored ab folder, each in the design it was measured in
+    (`measured_designs`): what its verdicts are judged with again."""
+    out = []
+    for name, design in measured_designs(base).items():
+        unit, _, device = name.partition("@")
+        suite, case = unit.split(".", 1)
+        out.append(Unit(suite, (case,), benchmark=True, design=design,
+                        device=device or ("cpu" if design == Design.DUET else "")))
+    return out
+
+
+def measured_designs(base: Path) -> dict[str, Design]:
+    """How a stored ab folder measured each benchmark (each unit's verdicts read its design's
+    calibration): {unit name: design}, from its ab.json (folders from before designs were
+    recorded per unit: their lists of duet and bursts units, the rest sequential); empty for
+    a folder that is not one (`judge` says why)."""
     try:
-        meta = json.loads((base / "ab.json").read_text())
-    except (OSError, ValueError):
-        return Design.SEQUENTIAL
-    try:
-        return Design((meta.get("design") or {}).get("kind", Design.SEQUENTIAL))
-    except ValueError:
-        return Design.SEQUENTIAL
+        design = json.loads((base / "ab.json").read_text()).get("design") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if "units" in design:
+        return {name: Design(u["design"]) for name, u in design["units"].items()}
+    listed = {name: Design.DUET for name in design.get("duet_units", [])}
+    listed |= {name: Design.BURSTS for name in design.get("bursts_units", [])}
+    rounds = {f.name.rsplit("-", 2)[0] for f in (base / "rounds").glob("*")
+              if (base / "rounds").is_dir()}
+    return {name: listed.get(name, Design.SEQUENTIAL) for name in sorted(rounds)
+            if "." in name}
 
 
 def schedule(rounds: int) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,11 @@ class Calibration:
         spread = self.figures.get(key)
         return spread is not None and spread.per_process is False
 
+    def covers(self, case: CaseKey) -> bool:
+        """Whether the rules of a calibrated machine judge this case's figures (one design's
+        calibration covers a whole comparison, as it always has; `ByDesign` only its units)."""
+        return True
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA, "machine": self.machine, "measured": self.measured,
@@ -140,9 +146,37 @@ class Calibration:
                    doc.get("measured", {}))
 
 
+@dataclass
+class ByDesign:
+    """The calibrations of a campaign whose benchmarks run in different designs (a duet, bursts,
+    sequential rounds: `ab` gives each its best by default): each figure is judged with the
+    calibration of its unit's design, and a figure of a design this machine has no calibration
+    of by the conservative rules. It answers what a `Calibration` answers, per figure."""
+
+    parts: dict[Design, Calibration]
+    design_of: Callable[[CaseKey], Design]  # a result's design (its unit's)
+    rounds_factor: dict[str, int]  # each unit's, from its design's calibration
+    source: str
+
+    def _part(self, case: CaseKey) -> Calibration | None:
+        return self.parts.get(self.design_of(case))
+
+    def covers(self, case: CaseKey) -> bool:
+        return self._part(case) is not None
+
+    def floor(self, key: Key, family: tuple[str, str], paired: bool) -> float | None:
+        part = self._part(key[0])
+        return part.floor(key, family, paired) if part else None
+
+    def trusts_sessions(self, key: Key) -> bool:
+        part = self._part(key[0])
+        return part is not None and part.trusts_sessions(key)
+
+
 def path_for(machine_name: str, root: Path = CALIBRATIONS,
              design: Design = Design.SEQUENTIAL) -> Path:
-    """`<machine>.json` for sequential rounds, `<machine>.duet.json` for a duet's."""
+    """`<machine>.json` for sequential rounds, `<machine>.duet.json` for a duet's,
+    `<machine>.bursts.json` for bursts'."""
     return root / (f"{machine_name}.json" if design == Design.SEQUENTIAL
                    else f"{machine_name}.{design}.json")
 
@@ -163,7 +197,8 @@ def for_machine(fingerprint: dict, root: Path = CALIBRATIONS,
     fallback = ("conservative defaults: no sessions trusted alone, every family at least as "
                 "wide as its kind, no further rounds")
     if not path.exists():
-        again = "release-bench calibrate" + (" --duet" if design == Design.DUET else "")
+        again = "release-bench calibrate" + (f" --design {design}"
+                                             if design != Design.SEQUENTIAL else "")
         return None, (f"no calibration of {fingerprint.get('name')} ({path.name}): "
                       f"{fallback}; run `{again}`")
     try:

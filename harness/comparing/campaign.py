@@ -16,7 +16,7 @@ On disk a campaign is a folder: `rounds/<unit>-<round>-<side>/` holds each proce
 `logs/side-<side>.log` its output, `side-<side>.json` each side's merged run (samples pooled,
 contended rounds left out), beside the record of the command that made it. Two sides are judged
 by `harness.comparing.compare`, each figure on its rounds' ratios (`round_values`). A benchmark with
-inconclusive figures gets the further rounds its spread says would decide them, up to a cap
+undecided figures gets the further rounds its spread says would decide them, up to a cap
 (`extend`).
 """
 
@@ -39,7 +39,7 @@ import numpy as np
 
 from harness import records, stats
 from harness.comparing import compare
-from harness.records import Check, Design, Metric, MetricKey, Outcome, Result, Run
+from harness.records import CaseKey, Check, Design, Metric, MetricKey, Outcome, Result, Run
 
 if TYPE_CHECKING:  # calibration measures with this module's rounds
     from harness.comparing.calibration import Calibration
@@ -121,6 +121,10 @@ class Unit:
     # the halves swapped from round to round); bursts (harness.running.turns: both sides'
     # processes alive at once, measuring in turns)
     design: Design = Design.SEQUENTIAL
+    # the one device it runs its cases on ("": each device they have); a duet runs on the CPU
+    device: str = ""
+    # why it runs in its design (what `ab`'s header says of it)
+    why: str = ""
 
     @property
     def duet(self) -> bool:
@@ -132,8 +136,15 @@ class Unit:
 
     @property
     def name(self) -> str:
-        """`suite` for its conformance cases, `suite.case` for a benchmark case."""
-        return f"{self.suite}.{self.cases[0]}" if self.benchmark else self.suite
+        """`suite` for its conformance cases, `suite.case` for a benchmark case; a benchmark's
+        CUDA runs apart from its CPU duet are `suite.case@cuda`."""
+        base = f"{self.suite}.{self.cases[0]}" if self.benchmark else self.suite
+        return f"{base}@{self.device}" if self.device not in ("", "cpu") else base
+
+    def covers(self, case: CaseKey) -> bool:
+        """Whether a result `case` is one this unit runs."""
+        return (case.suite == self.suite and case.case in self.cases
+                and (not self.device or case.device.split(":")[0] == self.device))
 
     def rounds_of(self, rounds: int) -> int:
         """Its rounds in a campaign of `rounds` rounds: a duet's are swapped pairs of rounds,
@@ -142,38 +153,78 @@ class Unit:
 
     def selection(self) -> list[str]:
         """The `run` options that select this unit's cases."""
-        device = ["--device", "cpu"] if self.duet else []  # one GPU cannot be halved fairly
+        device = ["--device", self.device] if self.device else []
         return ["--suite", self.suite, *(a for case in self.cases for a in ("--only", case)),
                 *device]
 
 
+def best_design(case: Any) -> tuple[Design, str]:
+    """The most precise design a benchmark case declares, and why: a duet where it declares
+    one (both sides at once, on swapped halves: the narrowest intervals for one CPU-bound
+    process, and for the DDP+RPC step even beside bursts, validation.md), bursts where it
+    declares only those (a latency between processes, which a duet's shared CPU would
+    distort), sequential rounds otherwise."""
+    if case.duet:
+        return Design.DUET, "declares duet=True: both sides at once, on swapped halves of the CPUs"
+    if case.bursts:
+        return Design.BURSTS, ("declares bursts=True (not duet): both sides alive through a "
+                               "round, measuring in turns")
+    return Design.SEQUENTIAL, "declares neither a duet nor bursts"
+
+
 def units(suites: list[str], case_filter: str | None = None,
           skip: Iterable[str] = (), cal: Calibration | None = None,
-          duet: bool = False, bursts: bool = False) -> list[Unit]:
+          design: Design | None = Design.SEQUENTIAL, cuda: bool | None = None) -> list[Unit]:
     """The units of the selected cases, suite by suite: the conformance cases, then each
     benchmark case on its own. A benchmark in a process of its own is measured on the sides
     of a round a process start apart, not a whole suite apart: the level of a DDP+RPC step
     drifts within a minute here (5.1 to 7.7 ms over one ab's rounds), and while its suite ran
     between the two sides it escaped a 25% slowdown that an ab of that case alone caught.
     A benchmark's rounds factor comes from this machine's calibration `cal` (1 without).
-    With `duet`, each benchmark declared duet-capable is a duet unit; with `bursts`, each
-    declared bursts-capable is measured in bursts (before a duet, where it is both)."""
+
+    `design` None gives each benchmark its most precise declared design (`best_design`);
+    `Design.DUET` (`BURSTS`) runs each benchmark that declares a duet (bursts) so, and the rest
+    sequentially; `SEQUENTIAL` runs every one in sequential rounds. Duets are CPU-only (one GPU
+    cannot be halved fairly): where `cuda` (default: whether torch sees a GPU here), a duet's
+    CUDA runs are a sequential unit of their own (`suite.case@cuda`)."""
     from harness import registry
     from harness.running import runner
 
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
     out = []
     for name in suites:
         cases = [c for c in registry.load(name).cases if runner.selects(c, case_filter, skip)]
         if checks := tuple(c.name for c in cases if c.kind != "benchmark"):
             out.append(Unit(name, checks))
         for c in cases:
-            if c.kind == "benchmark":
-                factor = cal.rounds_factor.get(f"{name}.{c.name}", 1) if cal else 1
-                design = (Design.BURSTS if bursts and c.bursts else
-                          Design.DUET if duet and c.duet else Design.SEQUENTIAL)
-                out.append(Unit(name, (c.name,), benchmark=True, rounds_factor=factor,
-                                design=design))
-    return out
+            if c.kind != "benchmark":
+                continue
+            best, why = best_design(c)
+            if design is None:
+                chosen = best
+            elif design == Design.SEQUENTIAL or not getattr(c, design.value):
+                chosen, why = Design.SEQUENTIAL, (
+                    f"--design {design}" if design == Design.SEQUENTIAL
+                    else f"--design {design}, which it does not declare")
+            else:
+                chosen, why = design, f"--design {design}"
+            unit = Unit(name, (c.name,), benchmark=True, design=chosen, why=why,
+                        device="cpu" if chosen == Design.DUET else "")
+            out.append(unit)
+            if chosen == Design.DUET and cuda and "cuda" in c.devices:
+                out.append(replace(unit, design=Design.SEQUENTIAL, device="cuda",
+                                   why="its CUDA runs: one GPU cannot be halved for a duet"))
+    return with_rounds_factors(out, cal) if cal is not None else out
+
+
+def with_rounds_factors(units: list[Unit], cal: Any) -> list[Unit]:
+    """`units` with the rounds factors of the calibration `cal` (a `Calibration` or a
+    `ByDesign`): more rounds where this machine's A/A found a benchmark's level drawn per
+    process."""
+    return [replace(u, rounds_factor=cal.rounds_factor.get(u.name, 1)) for u in units]
 
 
 def rotation(n_sides: int, rounds: int) -> list[list[int]]:
@@ -459,11 +510,14 @@ def merge_entries(entries: list[Result], by: str) -> Result:
     details |= {"rounds": len(entries), "rounds_used": len(used)}
     if failures:
         details["failures"] = failures
+    # the oldest checks that judged any of its rounds (none: a round from before the versions)
+    versions = [e.check_version for e in entries]
     return replace(
         used[0], outcome=outcome.value, reason=worst.reason,
         metrics=tuple(_merge_metric(ms) for ms in by_metric.values()),
         checks=tuple(_worst_check(cs) for cs in by_check.values()), notes=tuple(notes),
-        elapsed_s=sum(e.elapsed_s for e in entries), details=details)
+        elapsed_s=sum(e.elapsed_s for e in entries), details=details,
+        check_version=None if None in versions else min(versions))
 
 
 def merge_runs(runs: list[Run], by: str) -> Run:
@@ -573,19 +627,21 @@ def judge_pair(a_runs: list[Run], b_runs: list[Run], merged_a: Run, merged_b: Ru
 
 def rounds_to_decide(changes: list[compare.Change], units: list[Unit],
                      done: dict[str, int], max_rounds: int) -> dict[str, int]:
-    """How many rounds in all each benchmark needs to decide its inconclusive figures, where
-    that is more than it had (`done`): {unit's name: rounds}, at most `max_rounds` (times its
-    rounds_factor).
+    """How many rounds in all each benchmark needs to decide its undecided figures
+    (`Change.undecided`: inconclusive, a change whose interval reaches past the tolerance, or
+    too few rounds to judge), where that is more than it had (`done`): {unit's name: rounds},
+    at most `max_rounds` (times its rounds_factor).
 
     A figure's `rounds_to_decide` is what its interval needs to shrink to the nearer of its
-    decisions (inside the tolerance, or clear of no change) at its spread; a figure no number
-    of rounds decides (a change right at the tolerance) asks for the cap. A benchmark whose
+    decisions (inside the tolerance, or clear of no change, or clear of the tolerance) at its
+    spread; a figure no number of rounds decides (a change right at the tolerance) asks for
+    the cap. A benchmark whose
     figures are all decided costs nothing more; the rounds go where the doubt is. `changes`
     may hold several pairs of sides (a matrix's steps): a unit gets what its most doubtful
     figure in any of them needs."""
     by_unit: dict[str, list[float]] = {}
     for c in changes:
-        if c.verdict == compare.Verdict.INCONCLUSIVE and c.se_log is not None:
+        if c.undecided and c.se_log is not None:
             by_unit.setdefault(c.case.unit, []).append(
                 math.inf if c.rounds_to_decide is None else c.rounds_to_decide)
     out = {}
@@ -625,7 +681,7 @@ class Extension:
 def extend(campaign: Campaign, judge: Callable[[], list[compare.Change]], rounds: int,
            max_rounds: int, started: float,
            on_stage: Callable[[Extension, dict[str, int]], None]) -> Extension:
-    """Further rounds for the benchmarks with inconclusive figures, stage by stage, until
+    """Further rounds for the benchmarks with undecided figures, stage by stage, until
     every figure is decided or each has `max_rounds` (times its rounds factor). `judge` gives
     the verdicts of the rounds so far (every pair of sides the campaign judges); `on_stage`
     hears of each stage (what was done so far, and each unit's rounds in all) before its
@@ -634,7 +690,7 @@ def extend(campaign: Campaign, judge: Callable[[], list[compare.Change]], rounds
     changes = judge()
     ext = Extension(max_rounds, [], [stage(changes, done, started)])
     while wanted := rounds_to_decide(changes, campaign.units, done, max_rounds):
-        campaign.progress("further rounds for the inconclusive figures: " + ", ".join(
+        campaign.progress("further rounds for the undecided figures: " + ", ".join(
             f"{name} {n}" for name, n in wanted.items()))
         campaign.run(plan(campaign.units, len(campaign.sides), wanted, done))
         done.update(wanted)

@@ -131,6 +131,8 @@ class Change:
     adjusted_equivalence: float | None = None  # the equivalence test's, after the correction
     # about how many rounds in all would decide an inconclusive figure at its spread
     rounds_to_decide: int | None = None
+    # whether more rounds could still change what its verdict says (`open_question`)
+    undecided: bool = False
     # judged on the spread between runs (None where it is unknown): the two tests' p-values,
     # the judged log change's standard error and degrees of freedom, the judged factor (the
     # mean of the rounds' log ratios, or the run values' against the history's), the
@@ -337,6 +339,7 @@ def between_runs(changes: list[Measured], replicates: Replicates, floors: dict |
     # a family lends its spread to members judged the same way: paired rounds (the spread of
     # B/A ratios) or not (the spread of each side's values)
     groups: dict[tuple[str, str, bool], list[list[list[float]]]] = {}
+    uncalibrated: set[tuple[str, str, bool]] = set()  # families no calibration covers
     sides = {}
     for i, c in enumerate(changes):
         rep = replicates.get(c.key)
@@ -347,16 +350,18 @@ def between_runs(changes: list[Measured], replicates: Replicates, floors: dict |
         if min(a + b, default=0) <= 0:
             continue  # log values: a figure at or below zero has no relative spread
         family = (*_family(c), paired)
+        if cal is None or not cal.covers(c.case):
+            uncalibrated.add(family)
         sides[i] = (a, b, family, within)
         ratios = [y / x for x, y in zip(a, b, strict=True)] if paired else None
         groups.setdefault(family, []).append([ratios] if paired else [a, b])
     priors = {f: stats.family_prior(g) for f, g in groups.items()}
-    if cal is None:
+    if uncalibrated:
         kinds: dict[tuple[str, bool], list[list[list[float]]]] = {}
         for (_, kind, paired), g in groups.items():
             kinds.setdefault((kind, paired), []).extend(g)
         kind_priors = {k: stats.family_prior(g) for k, g in kinds.items()}
-        for (case, kind, paired) in groups:
+        for (case, kind, paired) in uncalibrated:
             if (wide := kind_priors[(kind, paired)]) is not None:
                 own = priors[(case, kind, paired)]
                 priors[(case, kind, paired)] = wide if own is None else max(own, wide)
@@ -493,16 +498,23 @@ def decide(measured: list[Measured], replicates: Replicates | None,
         p, q, b = adjusted[i], adjusted_eq[i], between.get(i)
         judging = _judging(m, b, t95, crit) if b is not None else None
         verdict, why = _verdict(m, judging, p, q, alpha, len(tested))
-        if (cal is None and b is not None and b.paired and b.rounds < MIN_ROUNDS_UNCALIBRATED
+        undecided = open_question(verdict, q, alpha)
+        rounds = judging.rounds_to_decide if judging is not None and undecided else None
+        if ((cal is None or not cal.covers(m.case)) and b is not None and b.paired
+                and b.rounds < MIN_ROUNDS_UNCALIBRATED
                 and verdict not in (Verdict.INCONCLUSIVE, Verdict.UNVERIFIED)):
-            why = (f"would be {verdict} ({why}), but {b.rounds} paired rounds decide nothing "
-                   f"without this machine's calibration (at least {MIN_ROUNDS_UNCALIBRATED}: "
-                   f"a level drawn per process lines up on fewer by chance)")
-            verdict = Verdict.INCONCLUSIVE
+            # the test itself is not trusted on so few rounds: not judged, rather than a
+            # verdict a significant p-value would contradict
+            why = (f"not judged: {b.rounds} paired rounds decide nothing without this "
+                   f"machine's calibration (at least {MIN_ROUNDS_UNCALIBRATED}: a level drawn "
+                   f"per process lines up on fewer by chance); would be {verdict} ({why})")
+            verdict, undecided = Verdict.UNVERIFIED, True
+            rounds = max(MIN_ROUNDS_UNCALIBRATED, rounds or 0)
         if b is not None and b.on_sessions:
             why += f"; judged on its sessions' geometric mean, {judging.centre:.3g}x"
         if b is None:
-            out.append(m.change(verdict, why, adjusted=p, adjusted_equivalence=q))
+            out.append(m.change(verdict, why, adjusted=p, adjusted_equivalence=q,
+                                undecided=undecided))
             continue
         # The interval is of the change judged (the mean log ratio of the rounds, or the
         # difference of mean log values of the runs), so that it excludes 1 exactly when the
@@ -514,7 +526,7 @@ def decide(measured: list[Measured], replicates: Replicates | None,
         out.append(m.change(
             verdict, why, adjusted=p, adjusted_equivalence=q, interval=judging.interval,
             beyond=judging.beyond, detectable=judging.detectable, band=judging.band,
-            rounds_to_decide=judging.rounds_to_decide, p_within=m.pvalue, p_between=b.p,
+            rounds_to_decide=rounds, undecided=undecided, p_within=m.pvalue, p_between=b.p,
             se_log=b.se, df=b.df, judged_factor=judging.centre,
             interval_within_runs=m.interval, judged_on="sessions" if b.on_sessions else None))
     return out
@@ -541,10 +553,26 @@ def _judging(m: Measured, b: Between, t95: dict[float, float],
                     detectable, band, rounds)
 
 
+def open_question(verdict: Verdict, q: float | None, alpha: float = stats.ALPHA) -> bool:
+    """Whether more rounds could change what a verdict says: an inconclusive figure, or a
+    change inside the tolerance whose interval reaches past it (shown to have moved, not yet
+    shown to have stayed inside: it may yet be a regression or an improvement)."""
+    return verdict == Verdict.INCONCLUSIVE or (
+        verdict in (Verdict.WORSE, Verdict.BETTER) and not (q is not None and q < alpha))
+
+
 def _verdict(m: Measured, judging: _Judging | None, p: float, q: float, alpha: float,
              tested: int) -> tuple[Verdict, str]:
     """One figure's verdict and why, from its adjusted p-values: `p` of a change, `q` of its
-    equivalence; `judging` is None where the spread between runs is unknown."""
+    equivalence; `judging` is None where the spread between runs is unknown.
+
+    A change is *shown* when `p` is below `alpha` (both tests reject no change, after the
+    correction over the figures judged); it is shown *past the tolerance* when, shown, its
+    estimate (the judged factor) lies past the tolerance. A shown change is always counted
+    in its direction: a regression or improvement past the tolerance, worse or better inside
+    it, whether or not its interval reaches past (the row says so, and how many rounds would
+    tell). `unchanged` needs equivalence and no change shown; `inconclusive` is left for
+    neither."""
     if m.allowed == 0:
         tol = "0"  # a rate: any rise counts
     else:
@@ -563,13 +591,20 @@ def _verdict(m: Measured, judging: _Judging | None, p: float, q: float, alpha: f
     if beyond and p < alpha:
         return (Verdict.REGRESSION if beyond < 0 else Verdict.IMPROVEMENT,
                 f"past the {tol} tolerance and significant (adjusted p {p:.2g})")
-    if q < alpha and p < alpha:
-        # a change shown, inside the tolerance: a change all the same, never "unchanged" (drift
-        # below a tolerance piles up unseen until it breaks it)
+    if p < alpha:
+        # a change shown, its estimate inside the tolerance: a change all the same, counted in
+        # its direction, never "unchanged" (drift below a tolerance piles up unseen until it
+        # breaks it) nor "inconclusive" (a change was shown)
         gain = math.log(centre) * (1 if m.b.better == "higher" else -1)
-        return (Verdict.WORSE if gain < 0 else Verdict.BETTER,
-                f"significant (adjusted p {p:.2g}) but inside the {tol} tolerance "
-                f"(equivalence, adjusted p {q:.2g})")
+        verdict = Verdict.WORSE if gain < 0 else Verdict.BETTER
+        if q < alpha:
+            return verdict, (f"significant (adjusted p {p:.2g}) but inside the {tol} tolerance "
+                             f"(equivalence, adjusted p {q:.2g})")
+        why = (f"significant (adjusted p {p:.2g}), its estimate inside the {tol} tolerance, "
+               f"but its interval reaches past it: not yet shown inside or past")
+        if judging is not None and judging.rounds_to_decide is not None:
+            why += f"; about {judging.rounds_to_decide} rounds would tell"
+        return verdict, why
     if q < alpha:
         return Verdict.UNCHANGED, f"inside the {tol} tolerance (equivalence, adjusted p {q:.2g})"
     if m.kind in PER_PROCESS:
@@ -580,8 +615,6 @@ def _verdict(m: Measured, judging: _Judging | None, p: float, q: float, alpha: f
         why = f"past the {tol} tolerance but not significant (adjusted p {p:.2g})"
         if excludes_one:
             why += f": its interval excludes 1, but not after the correction over {tested}"
-    elif p < alpha:
-        why = f"a significant change (adjusted p {p:.2g}) that may reach past the {tol} tolerance"
     elif excludes_one:
         why = (f"its interval excludes 1, but over {tested} figures the change is not "
                f"significant (adjusted p {p:.2g}), and it reaches past the {tol} tolerance")

@@ -142,6 +142,8 @@ def gate(a: Path, b: Path, plan: Plan, out: Path, progress: Callable[[str], None
     return {"A": res["versions"]["A"], "B": res["versions"]["B"], "rounds": res["rounds"],
             "design": res["design"].get("kind", "sequential"),
             "duets": res["design"].get("duet_units", []),
+            # each benchmark's design and why (its best declared, by default)
+            "designs": res["design"].get("units", {}),
             "calibration": cal.source if cal else None,
             "counts": _counts(res["changes"]),
             "moved": [_change(c) for c in res["changes"] if c.verdict not in QUIET],
