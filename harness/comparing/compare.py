@@ -6,17 +6,19 @@ gets one of seven verdicts, read off one 95% interval of its change, judged agai
 kind's tolerance (PyTorch HUD's: ratios and throughputs 0.95x, times and latencies 1.15x,
 bytes 1.10x; 5% for every kind in `ab`):
 
-- `regression` / `improvement`: it moved past the tolerance in its bad (good) direction,
-  and the change is significant;
-- `worse` / `better`: the change is significant, in its bad (good) direction, but its
-  interval lies inside the tolerance band: a change that fails nothing, never "unchanged";
+- `regression` / `improvement`: a change is shown (significant), and its estimate lies past
+  the tolerance in its bad (good) direction;
+- `worse` / `better`: a change is shown, in its bad (good) direction, and its estimate lies
+  inside the tolerance: a change that fails nothing, never "unchanged" nor "inconclusive"
+  (where its interval still reaches past the tolerance, the row says so and it stays open
+  to further rounds);
 - `unchanged`: its interval lies inside the tolerance band (an equivalence test: two
   one-sided tests at 2.5% each) and the change is not significant, so nothing moved that
   matters;
-- `inconclusive`: neither; the row gives the change it could detect and about how many
-  rounds would decide it;
-- `unverified`: not judged: no samples, measured contended, no direction, or a spread between
-  runs nobody measured.
+- `inconclusive`: neither a change nor equivalence shown; the row gives the change it could
+  detect and about how many rounds would decide it;
+- `unverified`: not judged: no samples, measured contended, no direction, a spread between
+  runs nobody measured, or too few rounds to trust one.
 
 A change is significant when both tests say so: within runs, a two-sample test on the two
 runs' samples (Mann-Whitney U for a median, a Fisher exact quantile test for p90/p99, Welch's
@@ -32,8 +34,8 @@ it excludes 1 when the between-run test is significant at 5%.
 
 Multiple figures: the p-values of both claims, a change and an equivalence, are corrected
 for the number of figures judged (Benjamini-Hochberg, false-discovery rate 5%). The
-correction can only turn a verdict the interval alone would give into `inconclusive`, and
-the row then says so. A conformance case that passed and now fails is a regression whatever
+correction can only hold back a verdict the interval alone would give (a change not shown,
+an equivalence not shown), and the row then says so. A conformance case that passed and now fails is a regression whatever
 its figures, unless it failed on a rate (a share of fresh processes that ended badly), which
 is judged by Fisher's exact test on the trials' counts. Comparing runs of different machines
 (CPU model or flags, core count, GPU model, driver major) is refused unless asked for.
