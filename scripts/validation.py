@@ -92,7 +92,12 @@ def row_from_ab(base: Path, name: str, planted: str, affected: str | None,
     bursts = (meta.get("design") or {}).get("bursts_units")
     rest = ("; the rest sequential"
             if set(meta.get("groups", [])) - set(duets or bursts or []) else "")
-    design = (f"ab --duet, {meta['rounds']} swapped pairs ({', '.join(duets)}{rest})"
+    by_unit = (meta.get("design") or {}).get("units")
+    chosen = {u.get("why", "").startswith("--design") for u in (by_unit or {}).values()}
+    design = (f"ab, each benchmark in its best design, {meta['rounds']} rounds or swapped pairs ("
+              + ", ".join(f"{name} {u['design']}" for name, u in by_unit.items()) + ")"
+              if by_unit and chosen == {False} else
+              f"ab --duet, {meta['rounds']} swapped pairs ({', '.join(duets)}{rest})"
               if duets else
               f"ab --bursts, {meta['rounds']} rounds ({', '.join(bursts)}{rest})"
               if bursts else f"ab, {meta['rounds']} rounds") + ("".join(
