@@ -2,6 +2,7 @@
 their verdicts differ: what a change of the judging does to the verdicts it gave before.
 
     python scripts/rejudge.py [--against REV] [--json FILE]
+    python scripts/rejudge.py stored [--write]
 
 The comparisons are those the project keeps with the rounds or runs behind them: the stored
 `ab` and `matrix` folders of tests/data (judged again as `ab --judge` and `matrix --judge`
@@ -14,12 +15,22 @@ at REV and what they are now (`unchanged -> worse: 3`), every figure by
 
 The earlier code is exported with `git archive` into a scratch folder and run in a process
 of its own (`verdicts --code DIR`), on the same stored data.
+
+`stored` covers the records whose rounds are not kept, only their verdicts and why (the
+nightly gate's verdicts under results/nightly, the halves of each bisect step under
+results/bisect): each verdict the words of today would give otherwise, read from what its
+`why` says the tests found, is listed, and with `--write` rewritten in place, the record's
+counts with it and a `rejudged` note saying what moved. The words it applies: a shown change
+(significant after the correction) is counted in its direction, `worse` or `better` inside
+the tolerance, never `inconclusive`; fewer than 5 paired rounds without a calibration are
+not judged (`unverified`). A figure's direction is that of its metric in the committed runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -84,15 +95,121 @@ def differences(before: dict, after: dict) -> dict[str, dict]:
     return out
 
 
+# the words before a shown change was always counted in its direction
+FEW_ROUNDS = re.compile(r"^would be (\w+) \((.*)\), but (\d+ paired rounds decide nothing without "
+                        r"this machine's calibration \(.*\))$")
+SHOWN = re.compile(r"^a significant change \(adjusted p ([^)]+)\) that may reach past the (\S+) "
+                   r"tolerance(.*)$")
+
+
+def directions() -> dict[tuple[str, str], str]:
+    """(suite/case, metric) -> which way is good, from the committed runs."""
+    from harness import records
+
+    out = {}
+    for path in RUNS.rglob("*.json"):
+        try:
+            run = records.read_run(path)
+        except records.RecordError:
+            continue
+        for e in run.results:
+            for m in e.metrics:
+                if m.better:
+                    out[(e.case_id, m.name)] = m.better
+    return out
+
+
+def reword(change: dict, better: dict[tuple[str, str], str]) -> dict | None:
+    """A stored verdict (a dict with `verdict`, `why`, `factor`) as today's words give it, or
+    None where they give the same."""
+    why = change.get("why") or ""
+    if change.get("verdict") != "inconclusive":
+        return None
+    if m := FEW_ROUNDS.match(why):
+        return {**change, "verdict": "unverified",
+                "why": f"not judged: {m.group(3)}; would be {m.group(1)} ({m.group(2)})"}
+    if m := SHOWN.match(why):
+        case = (change.get("case") or "").split("[")[0]
+        name = (change.get("figure") or change.get("metric") or "").split("[")[0]
+        good = better.get((case, name))
+        if good is None or not change.get("factor"):
+            return None  # its direction is not known: left as it was, and listed
+        bad = (change["factor"] > 1) == (good == "lower")
+        tail = m.group(3).replace("would decide it", "would tell")
+        return {**change, "verdict": "worse" if bad else "better",
+                "why": f"significant (adjusted p {m.group(1)}), its estimate inside the "
+                       f"{m.group(2)} tolerance, but its interval reaches past it: not yet "
+                       f"shown inside or past{tail}"}
+    return None
+
+
+def stored(write: bool) -> list[str]:
+    """Each stored verdict without its rounds that today's words give otherwise (`reword`),
+    as one line each; with `write`, the records rewritten."""
+    better = directions()
+    lines = []
+    for path in sorted((ROOT / "results").rglob("*.json")):
+        doc = json.loads(path.read_text())
+        moved: dict[str, int] = {}
+        if isinstance(doc.get("gate"), dict) and doc["gate"].get("inconclusive"):
+            gate = doc["gate"]
+            kept = []
+            for c in gate["inconclusive"]:
+                new = reword(c, better)
+                if new is None:
+                    kept.append(c)
+                    continue
+                key = "unverified" if new["verdict"] == "unverified" else "moved"
+                gate.setdefault(key, []).append(new)
+                moved[f"inconclusive -> {new['verdict']}"] = moved.get(
+                    f"inconclusive -> {new['verdict']}", 0) + 1
+                lines.append(f"{path.relative_to(ROOT)}: {c['case']} {c['figure']}: "
+                             f"inconclusive -> {new['verdict']}")
+            gate["inconclusive"] = kept
+            counts: dict[str, int] = {}
+            for key in ("moved", "inconclusive", "unverified"):
+                for c in gate.get(key, []):
+                    counts[c["verdict"]] = counts.get(c["verdict"], 0) + 1
+            counts["unchanged"] = gate["counts"].get("unchanged", 0)
+            gate["counts"] = {k: n for k, n in counts.items() if n}
+        for step in doc.get("steps", []) if doc.get("schema", "").startswith(
+                "release-bench-bisect") else []:
+            for i, half in enumerate(step.get("halves", [])):
+                new = reword({**half, "case": doc.get("case"), "metric": doc.get("metric")},
+                             better)
+                if new is not None:
+                    step["halves"][i] = {k: new[k] for k in half}
+                    moved[f"inconclusive -> {new['verdict']}"] = moved.get(
+                        f"inconclusive -> {new['verdict']}", 0) + 1
+                    lines.append(f"{path.relative_to(ROOT)}: step {step['releases']}: "
+                                 f"inconclusive -> {new['verdict']}")
+        if moved and write:
+            doc["rejudged"] = {"words": "a shown change is counted in its direction; fewer "
+                                        "than 5 paired rounds without a calibration are not "
+                                        "judged", "moved": moved}
+            from harness import records
+
+            records.write_json_atomic(path, doc)
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what")
     v = sub.add_parser("verdicts", help="write the verdicts of the harness under --code")
     v.add_argument("--code", required=True)
     v.add_argument("out")
+    s = sub.add_parser("stored", help="the stored verdicts without rounds that today's words "
+                                      "give otherwise")
+    s.add_argument("--write", action="store_true", help="rewrite them in their records")
     parser.add_argument("--against", default="HEAD", help="the earlier commit (default HEAD)")
     parser.add_argument("--json", help="also write the differences as JSON")
     args = parser.parse_args(argv)
+    if args.what == "stored":
+        sys.path.insert(0, str(ROOT))
+        lines = stored(args.write)
+        print("\n".join(lines) or "no stored verdict moves")
+        return 0
     if args.what == "verdicts":
         sys.path.insert(0, args.code)
         with tempfile.TemporaryDirectory() as scratch:

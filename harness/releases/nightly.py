@@ -160,9 +160,10 @@ def _counts(changes: list[Change]) -> dict[str, int]:
 
 def _change(c: Change) -> dict:
     return {"case": c.case, "figure": c.name, "unit": c.unit, "verdict": c.verdict,
-            "baseline": c.baseline, "candidate": c.candidate, "factor": c.factor,
-            "interval": c.interval, "detectable": c.detectable,
-            "rounds_to_decide": c.rounds_to_decide, "why": c.why}
+            "better": c.better, "baseline": c.baseline, "candidate": c.candidate,
+            "factor": c.factor, "interval": c.interval, "adjusted": c.adjusted,
+            "detectable": c.detectable, "rounds_to_decide": c.rounds_to_decide,
+            "undecided": c.undecided, "why": c.why}
 
 
 # ------------------------------------------------------------------------------------- asv
