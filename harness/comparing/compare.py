@@ -36,9 +36,10 @@ Multiple figures: the p-values of both claims, a change and an equivalence, are 
 for the number of figures judged (Benjamini-Hochberg, false-discovery rate 5%). The
 correction can only hold back a verdict the interval alone would give (a change not shown,
 an equivalence not shown), and the row then says so. A conformance case that passed and now
-fails is a regression whatever its figures, unless it failed on a rate (a share of fresh processes that ended badly), which
-is judged by Fisher's exact test on the trials' counts. Comparing runs of different machines
-(CPU model or flags, core count, GPU model, driver major) is refused unless asked for.
+fails is a regression whatever its figures, unless it failed on a rate (a share of fresh
+processes that ended badly), which is judged by Fisher's exact test on the trials' counts.
+Comparing runs of different machines (CPU model or flags, core count, GPU model, driver
+major) is refused unless asked for.
 """
 
 from __future__ import annotations
