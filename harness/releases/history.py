@@ -103,7 +103,10 @@ def record_release(label: str, python: Path, env: envs.TorchEnv | None, units: l
         "build": env.build if env else {},
         "env": {"disk_bytes": env.disk_bytes, "added_bytes": env.added_bytes,
                 "built_s": env.built_s} if env and not env.reuses else None,
-        "machine": {"name": fp["name"], "cpu": fp["cpu"]["model"]}, "project": fp["project"],
+        # the CPU flags that explain an outcome (machines of one name differ in them)
+        "machine": {"name": fp["name"], "cpu": fp["cpu"]["model"],
+                    "flags": sorted(f for f, on in fp["cpu"].get("flags", {}).items() if on)},
+        "project": fp["project"],
         "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "wall_s": round(time.monotonic() - t0, 1),
         **summarize_side(merged), "expectations": judged.to_json() if judged else None,
