@@ -32,6 +32,12 @@ def main(args) -> int:
             raise UsageError(f"{stored}: not a comparison ({e})") from e
         print(f"A: torch {doc.get('A')}\nB: torch {doc.get('B')}\n{doc.get('rounds')} rounds "
               f"per side; calibration: {doc.get('calibration') or 'none (conservative defaults)'}")
+        try:  # how each benchmark was measured, where the folder keeps it
+            design = json.loads((stored.parent / "ab.json").read_text()).get("design") or {}
+        except (OSError, ValueError, AttributeError):
+            design = {}
+        for line in judging.design_lines(design, doc.get("rounds") or 0, stored.parent):
+            print(line)
         judging.print_changes(changes, not args.no_tables)
         return EXIT_OK
     run = records.read_run(records.resolve_run(args.run))
