@@ -1205,6 +1205,11 @@ def test_a_merged_fail_keeps_the_failing_checks_and_failures_of_every_round():
     (e,) = campaign.merge_runs([runs[0], runs[3]], "history").results
     assert e.outcome == "pass" and all(c.passed for c in e.checks) and len(e.checks) == 2
     assert "failures" not in e.details
+    # a failure kept as a record (a worker's rank, how it ended) is listed once too: one round
+    # of a history is merged as well, and a record cannot be a key
+    died = {"rank": 1, "kind": "exit", "message": "was killed by signal SIGKILL"}
+    rounds = [rnd("fail", [("b", False, "")], [died]), rnd("fail", [("b", False, "")], [died])]
+    assert campaign.merge_runs(rounds, "history").results[0].details["failures"] == [died]
 
 
 def test_a_change_inside_the_tolerance_fails_no_exit_status():

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import math
 import os
 import shutil
@@ -498,7 +499,9 @@ def merge_entries(entries: list[Result], by: str) -> Result:
         for c in e.checks:
             n = seen[c.name] = seen.get(c.name, -1) + 1
             by_check.setdefault((c.name, n), []).append(c)
-    failures = list(dict.fromkeys(f for e in entries for f in e.details.get("failures") or ()))
+    # each distinct failure once, in the order seen (a failure may be a message or a record)
+    failures = list({json.dumps(f, sort_keys=True, default=str): f for e in entries
+                     for f in e.details.get("failures") or ()}.values())
     notes = list(dict.fromkeys(n for e in entries for n in e.notes))
     if len(valid) < len(entries):
         notes.append(f"{by}: {len(entries) - len(valid)} of {len(entries)} rounds "

@@ -218,7 +218,9 @@ def worker_killed(ctx: Context) -> None:
               f"{len(pids)} workers started; still running: {alive}")
     if error is not None:
         ctx.note(f"launcher reported: {error}")
-        ctx.details["failures"] = [
+        # how each process ended: what the case provoked, not its failures (`failures` lists
+        # those, which the expectations match)
+        ctx.details["launch_errors"] = [
             {k: v for k, v in f.items() if k != "log_tail"} for f in error.failures_json()]
     ctx.details["pids"] = pids
 
