@@ -199,7 +199,7 @@ def test_calibrate_runs_an_aa_here_and_writes_the_machines_calibration(tmp_path)
     (path,) = (tmp_path / "cal").glob("*.json")
     doc = json.loads(path.read_text())
     assert doc["schema"] == calibration.SCHEMA and doc["measured"]["rounds"] == 3
-    assert f"calibration written to {path}" in out.stdout
+    assert f"calibration of sequential rounds written to {path}" in out.stdout
     # judged without a calibration, 3 rounds decide nothing either way (compare's
     # MIN_ROUNDS_UNCALIBRATED): a profiler step's level drawn per process lined up on 3
     # rounds here and was called a change

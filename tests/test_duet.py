@@ -177,7 +177,7 @@ def test_ab_duet_runs_both_sides_at_once_on_swapped_cpus(tmp_path):
                           "none", "--out", str(tmp_path)], capture_output=True, text=True,
                          cwd=ROOT, timeout=900)
     assert out.returncode in (0, 1), out.stderr[-3000:]
-    assert "as duets (1 benchmark, 2 rounds a side: 1 swapped pair on CPUs" in out.stdout
+    assert "duet (2 rounds a side, 1 swapped pair on CPUs" in out.stdout
     where = next(tmp_path.glob("ab-*"))
     meta = json.loads((where / "ab.json").read_text())
     halves = [list(h) for h in duet.halves()]

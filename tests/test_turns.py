@@ -191,7 +191,7 @@ def test_ab_bursts_takes_turns_that_never_overlap(tmp_path):
                           "none", "--out", str(tmp_path)], capture_output=True, text=True,
                          cwd=ROOT, timeout=900)
     assert out.returncode in (0, 1), out.stderr[-3000:]
-    assert "in bursts (1 rounds" in out.stdout
+    assert "bursts (1 round, both sides alive through each" in out.stdout
     where = next(tmp_path.glob("ab-*"))
     assert json.loads((where / "ab.json").read_text())["design"]["kind"] == "bursts"
     log = json.loads((where / "turns" / "ddp_rpc.step_time-00.json").read_text())

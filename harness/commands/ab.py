@@ -83,8 +83,8 @@ def main(args) -> int:
     except campaign.CampaignError as e:
         raise UsageError(str(e)) from e
     print(f"A: torch {res['versions']['A']}\nB: torch {res['versions']['B']}\n"
-          f"{res['rounds']} rounds per side, round by round ({res['schedule']} for each "
-          f"suite's conformance cases and each benchmark case{judging.more_rounds_text(res)}); "
+          f"{res['rounds']} rounds per side ({res['schedule']} for each suite's conformance "
+          f"cases and each benchmark case{judging.more_rounds_text(res)}); "
           f"history floor: {f'{len(history)} runs' if history else 'none'}")
     for line in judging.design_lines(res["design"], res["rounds"], res["dir"]):
         print(line)

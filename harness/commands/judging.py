@@ -135,12 +135,15 @@ def design_lines(design: dict, rounds: int, folder) -> list[str]:
     groups: dict[tuple[str, str], list[str]] = {}
     for name, u in units.items():
         groups.setdefault((u["design"], u["why"]), []).append(name)
-    how = {Design.DUET: f"{2 * rounds} rounds a side, {rounds} swapped pairs"
+    def n(k: int, word: str) -> str:
+        return f"{k} {word}" + ("" if k == 1 else "s")
+
+    how = {Design.DUET: f"{n(2 * rounds, 'round')} a side, {n(rounds, 'swapped pair')}"
            + (" on CPUs " + " and ".join(",".join(map(str, h)) for h in design["halves"])
               if design.get("halves") else ""),
-           Design.BURSTS: f"{rounds} rounds, both sides alive through each, in turns; the "
+           Design.BURSTS: f"{n(rounds, 'round')}, both sides alive through each, in turns; the "
                           f"turns' log in {folder}/turns",
-           Design.SEQUENTIAL: f"{rounds} rounds, the sides one after the other"}
+           Design.SEQUENTIAL: f"{n(rounds, 'round')}, the sides one after the other"}
     order = [Design.DUET, Design.BURSTS, Design.SEQUENTIAL]
     return [f"{d} ({how[Design(d)]}): {', '.join(names)} -- {why}"
             for (d, why), names in sorted(groups.items(), key=lambda g: order.index(g[0][0]))]
