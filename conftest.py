@@ -23,6 +23,14 @@ os.environ.setdefault(asv_dashboard.VENDOR_CACHE_ENV,
 os.environ[asv_dashboard.NO_DOWNLOAD_ENV] = "1"
 
 
+def pytest_configure(config):
+    # an image's numpy or scipy older than this code needs: one line, before any test
+    from harness import dependencies
+
+    if found := dependencies.problems():
+        pytest.exit("; ".join(found), returncode=2)
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
