@@ -138,7 +138,7 @@ class CudaRehearsal:
         fake = _planted("fake_pynvml", PLANTED.parent)
         self.stand_in = plants.install(family, monkeypatch.setattr)
         self.gpu = self.stand_in.gpu
-        self.nvml = fake.FakeNvml([fake.FakeGpu(name=self.gpu.name, uuid=f"GPU-{self.gpu.uuid}")])
+        self.nvml = plants.fake_nvml(self.gpu, fake)
         monkeypatch.setitem(sys.modules, "pynvml", self.nvml)
         monkeypatch.setitem(cases.MIN_RUN_TIME, "quick", REHEARSAL_RUN_TIME)
         _plant_in_workers(monkeypatch, f"cuda={family}")
