@@ -23,6 +23,14 @@ os.environ.setdefault(asv_dashboard.VENDOR_CACHE_ENV,
 os.environ[asv_dashboard.NO_DOWNLOAD_ENV] = "1"
 
 
+def pytest_configure(config):
+    # an image's numpy or scipy older than this code needs: one line, before any test
+    from harness import dependencies
+
+    if found := dependencies.problems():
+        pytest.exit("; ".join(found), returncode=2)
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
@@ -130,7 +138,7 @@ class CudaRehearsal:
         fake = _planted("fake_pynvml", PLANTED.parent)
         self.stand_in = plants.install(family, monkeypatch.setattr)
         self.gpu = self.stand_in.gpu
-        self.nvml = fake.FakeNvml([fake.FakeGpu(name=self.gpu.name, uuid=f"GPU-{self.gpu.uuid}")])
+        self.nvml = plants.fake_nvml(self.gpu, fake)
         monkeypatch.setitem(sys.modules, "pynvml", self.nvml)
         monkeypatch.setitem(cases.MIN_RUN_TIME, "quick", REHEARSAL_RUN_TIME)
         _plant_in_workers(monkeypatch, f"cuda={family}")

@@ -16,7 +16,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from harness import records
+from harness import dependencies, records
 from harness.commands import (
     ab,
     asv,
@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if (refused := dependencies.check("release-bench")) is not None:
+        return refused
     try:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command].main(args)

@@ -16,6 +16,7 @@ median. `adjust` corrects the p-values of many metrics for their number (Benjami
 from __future__ import annotations
 
 import enum
+import inspect
 import math
 from collections.abc import Callable, Sequence
 
@@ -27,6 +28,15 @@ CI_LEVEL = 0.95
 ALPHA = 0.05  # false-discovery rate over all the metrics one comparison judges
 MIN_SAMPLES = 3  # fewer per side cannot make any test significant: the metric is unverified
 BOOTSTRAP_RESAMPLES = 999
+
+
+def seed_keyword(bootstrap: Callable[..., object]) -> str:
+    """The keyword scipy.stats.bootstrap takes its generator by: `rng` from SciPy 1.15,
+    `random_state` before (harness/dependencies.py: the oldest SciPy this code runs on)."""
+    return "rng" if "rng" in inspect.signature(bootstrap).parameters else "random_state"
+
+
+SEED_KEYWORD = seed_keyword(sps.bootstrap)
 
 
 def thin(samples: Sequence[float], limit: int = MAX_SAMPLES) -> list[float]:
@@ -78,7 +88,7 @@ def bootstrap_ci(statistic: Callable[..., np.ndarray], *samples: Sequence[float]
         return None, None
     res = sps.bootstrap(data, statistic, paired=paired, vectorized=True, method="percentile",
                         n_resamples=BOOTSTRAP_RESAMPLES, confidence_level=level,
-                        rng=np.random.default_rng(0))
+                        **{SEED_KEYWORD: np.random.default_rng(0)})
     return _finite(res.confidence_interval.low), _finite(res.confidence_interval.high)
 
 

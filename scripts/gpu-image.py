@@ -2,14 +2,17 @@
 """Run a Python module as the lent GPU machine's image would: whatever this project installs
 that the image lacks and no wheel of .whl/ brings cannot be imported.
 
-    scripts/gpu-image.py pytest -m gpu --collect-only     (what gpu-check.sh --dry-run does)
-    scripts/gpu-image.py harness.cli run --device cuda --dry-run
+    scripts/gpu-image.py harness.dependencies            (what gpu-check.sh --dry-run does:
+    scripts/gpu-image.py pytest -m gpu --collect-only      the versions of numpy and scipy,
+    scripts/gpu-image.py harness.cli run --device cuda --dry-run     then the selection)
     scripts/gpu-image.py --blocked                        the distributions it keeps out
 
 The image: Python 3.12 with the distributions of IMAGE (and what they require). The wheels:
 requirements-gpu-check.txt (scripts/gpu-wheels.sh). Kept out: every other distribution of
 requirements-base.txt and requirements.txt. An import of one of those raises
-ModuleNotFoundError naming it, so a dry run here fails where the GPU run would.
+ModuleNotFoundError naming it, so a dry run here fails where the GPU run would. The image's
+numpy and scipy are whatever it holds: `harness.dependencies` refuses one older than the code
+needs (the dry run's first step), as the GPU run's first step does.
 """
 
 from __future__ import annotations

@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""The lines of harness/ and suites/ that no test executes, and which of them only a GPU can.
+"""The lines of harness/ and suites/ whose result only a GPU shows, and the lines no test runs.
 
 Runs coverage.py over a pytest selection (default: the CI suite, plain `pytest`; pass a
-narrower one after `--`), worker processes included, then prints every statement of
-harness/ and suites/ (tests excluded: their `test_*.py`) that did not run, in two lists:
+narrower one after `--`), worker processes included, then prints two lists of statements of
+harness/ and suites/ (tests excluded: their `test_*.py`):
 
-- marked: lines whose source carries `# gpu-only: <why>`, a device call only a GPU answers
-  (a kernel's launch, device synchronisation, an allocator or NVML read on the device);
-- unmarked: everything else, which CI should execute (the CUDA rehearsal, a unit test).
+- marked: every line whose source carries `# gpu-only: <why>`, a call whose answer only a GPU
+  gives (kernel times, the caching allocator, CUPTI, TensorPipe's CUDA channels, NVML on the
+  device). CI runs them in the CUDA rehearsal against stand-ins, which show that the code
+  around them works, not what the device answers; each is listed with whether a test ran it
+  (one no test ran has not even met a stand-in);
+- unmarked: the statements no test executed, which CI should run (the CUDA rehearsal, a unit
+  test).
 
-A marked line that did run is listed too: its mark is wrong. Exit status 0; 2 on bad input.
+Exit status 0; 2 on bad input.
 
     scripts/gpu-only-lines.py                       # the CI suite (long: tens of minutes)
     scripts/gpu-only-lines.py -- tests/test_cuda_rehearsal.py -m "not slow"
@@ -61,9 +65,9 @@ def run_coverage(pytest_args: list[str], data: Path, tmp: Path, append: bool = F
     return status
 
 
-def unexecuted(data: Path, only: list[str]) -> dict[str, list[tuple[int, str, bool]]]:
-    """Per file, its statements that did not run: (line, source, marked gpu-only); and a
-    marked line that ran, as (line, source, None)."""
+def listed(data: Path, only: list[str]) -> dict[str, list[tuple[int, str, bool, bool]]]:
+    """Per file, the statements to list: (line, source, marked gpu-only, executed), every
+    marked one and every unexecuted one."""
     import coverage
 
     cov = coverage.Coverage(data_file=str(data))
@@ -77,30 +81,32 @@ def unexecuted(data: Path, only: list[str]) -> dict[str, list[tuple[int, str, bo
             _, statements, _, missing, _ = cov.analysis2(str(path))
             source = path.read_text().splitlines()
             missed = set(missing)
-            rows = [(n, source[n - 1].strip(), bool(PRAGMA.search(source[n - 1])))
-                    for n in sorted(missed)]
-            rows += [(n, source[n - 1].strip(), None) for n in statements
-                     if n not in missed and PRAGMA.search(source[n - 1])]
+            rows = [(n, source[n - 1].strip(), bool(PRAGMA.search(source[n - 1])),
+                     n not in missed) for n in statements
+                    if n in missed or PRAGMA.search(source[n - 1])]
             if rows:
                 out[rel] = rows
     return out
 
 
-def report(rows: dict[str, list[tuple[int, str, bool | None]]]) -> dict[str, int]:
-    counts = {}
-    for key, title, want in (
-            ("gpu_only", "only a GPU executes (marked gpu-only)", True),
-            ("unmarked", "no test executed, not marked: CI should run these", False),
-            ("wrongly_marked", "marked gpu-only, yet executed: wrong marks", None)):
-        print(f"== {title}")
-        n = 0
-        for rel, lines in rows.items():
-            for line, text, marked in lines:
-                if marked is want:
-                    print(f"{rel}:{line}: {text}")
-                    n += 1
-        counts[key] = n
-        print(f"-- {n} lines\n")
+def report(rows: dict[str, list[tuple[int, str, bool, bool]]]) -> dict[str, int]:
+    counts = {"gpu_only": 0, "gpu_only_unexecuted": 0, "unmarked": 0}
+    print("== only a GPU shows what these answer (marked gpu-only; 'ran': a test ran it against"
+          " the rehearsal's stand-ins, 'NOT RUN': no test did)")
+    for rel, lines in rows.items():
+        for line, text, marked, executed in lines:
+            if marked:
+                print(f"{rel}:{line}: [{'ran' if executed else 'NOT RUN'}] {text}")
+                counts["gpu_only"] += 1
+                counts["gpu_only_unexecuted"] += not executed
+    print(f"-- {counts['gpu_only']} lines, {counts['gpu_only_unexecuted']} not run\n")
+    print("== no test executed, not marked: CI should run these")
+    for rel, lines in rows.items():
+        for line, text, marked, executed in lines:
+            if not marked and not executed:
+                print(f"{rel}:{line}: {text}")
+                counts["unmarked"] += 1
+    print(f"-- {counts['unmarked']} lines\n")
     return counts
 
 
@@ -138,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.reuse:
             status = run_coverage(args.pytest_args, data, Path(tmp), args.append)
             print(f"== pytest {' '.join(args.pytest_args)} exited {status}\n")
-        counts = report(unexecuted(data, args.only))
+        counts = report(listed(data, args.only))
     print(json.dumps(counts))
     if args.json:
         tmp_json = Path(args.json).with_suffix(".tmp")

@@ -206,6 +206,27 @@ def test_contended_results_are_left_out_and_said_so():
     assert c.verdict == "unverified" and "host busy" in c.why
 
 
+def test_a_gpu_at_its_power_cap_on_one_side_only_is_said_and_not_judged():
+    """Both sides valid, but the candidate's GPU ran at its power cap and the baseline's did
+    not: its figures were measured at other clocks, so the change is not judged; the same
+    cap on both sides is judged as usual (here: without a history, on its samples alone)."""
+    rng = np.random.default_rng(5)
+
+    def tel(*reasons):
+        return {"valid": True, "invalid_reasons": [], "gpus": [
+            {"label": "gpu0", "clocks_event_reasons_seen": list(reasons)}]}
+
+    a = _run([_metric("t", _samples(rng, 1.0))], telemetry=tel())
+    b = _run([_metric("t", _samples(rng, 2.0))], telemetry=tel("sw_power_cap"))
+    (c,) = compare.compare_runs(a, b)
+    assert c.verdict == "unverified"
+    assert c.why == ("GPU clock limits differ between the sides: gpu0 sw_power_cap in the "
+                     "candidate only")
+    a = _run([_metric("t", _samples(rng, 1.0))], telemetry=tel("sw_power_cap"))
+    (c,) = compare.compare_runs(a, b)
+    assert c.why.startswith("the spread between runs is unknown")  # judged, no history
+
+
 def test_a_contended_run_in_the_history_lends_no_figure_to_the_spread_between_runs():
     """A history run that telemetry found contended is left out of the history as it is of
     a comparison: its level (here twice the others) would widen the spread between runs."""

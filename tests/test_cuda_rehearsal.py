@@ -1,9 +1,11 @@
 """The CUDA rehearsal: every CUDA case of the suites runs its own code on this CPU, on each GPU
-family the suites know (H200, H100, A100), one without a datasheet entry (L4) and one
-without bfloat16 (V100), with the GPU's answers given by stand-ins (the `cuda_rehearsal`
-fixture, tests/planted/cuda_rehearsal.py). What a first GPU run would trip over in the
-bookkeeping around the device work trips here. Each CUDA conformance check's break test runs
-here too, and shows the check failing on the rehearsed GPU."""
+part the suites know (H200 SXM and NVL, H100 SXM, PCIe and NVL, A100), a MIG slice, one
+without a datasheet entry (L4) and one without bfloat16 (V100), with the GPU's answers given
+by stand-ins (the `cuda_rehearsal` fixture, tests/planted/cuda_rehearsal.py). What a first GPU
+run would trip over in the bookkeeping around the device work trips here, and so do the
+device's behaviours the stand-ins model: NVML in a container, a power cap, a thermal slowdown,
+a MIG slice, the caching allocator's rounding and splitting. Each CUDA conformance check's
+break test runs here too, and shows the check failing on the rehearsed GPU."""
 
 from __future__ import annotations
 
@@ -12,13 +14,14 @@ import torch
 
 from harness.running.runner import execute
 from suites.amp import cases as amp
-from suites.amp import gpus, training
 from suites.amp import test_breaks as amp_breaks
+from suites.amp import training
 from suites.ddp_rpc import cases as ddp_rpc
 from suites.ddp_rpc import test_breaks as ddp_rpc_breaks
 from suites.profiler import apis as profiler_apis
 from suites.profiler import cases as profiler
 from suites.profiler import test_breaks as profiler_breaks
+from suites.profiler import truth
 from suites.rpc import cases as rpc
 from suites.rpc import measure as rpc_measure
 from suites.rpc import test_breaks as rpc_breaks
@@ -27,8 +30,13 @@ from suites.telemetry import test_breaks as telemetry_breaks
 
 pytestmark = pytest.mark.rehearsal
 
-WITH_DATASHEET = ("H200", "H100", "A100")
-FAMILIES = (*WITH_DATASHEET, "L4", "V100")
+# each family with a datasheet: the part it is told to be, and its dense bfloat16 peak (a MIG
+# slice: its GPU's, scaled by the slice's 16 of 132 SMs)
+PARTS = {"H200": ("H200 SXM", 989.5), "H200 NVL": ("H200 NVL", 835.5),
+         "H100": ("H100 SXM", 989.5), "H100 PCIe": ("H100 PCIe", 756.5),
+         "H100 NVL": ("H100 NVL", 835.5), "H100 MIG 1g.10gb": ("H100 SXM", 989.5 * 16 / 132),
+         "A100": ("A100 SXM", 312)}
+FAMILIES = (*PARTS, "L4", "V100")
 # the smallest work that runs every line: one matmul side, a step of two short sequences
 GEMM = {"sizes": (64,)}
 STEP = {"model": "encoder", "batch": 2, "side": 16}
@@ -40,8 +48,10 @@ def failed(entry) -> set[str]:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_gemm_ladder(cuda_rehearsal, family):
-    """The ladder measures, then finds the datasheet by the device name (a KeyError here once,
-    after measuring, on every H100, H200 and A100)."""
+    """The ladder measures, then holds its figures against the datasheet of the part the
+    device is, told by its name and by what torch and NVML measure of it (SMs, memory, power
+    limit): the H100 PCIe and NVL and the H200 NVL their own peaks, a MIG slice its share of
+    its GPU's, a GPU without a datasheet its measured peak only."""
     r = cuda_rehearsal(family)
     entry = r.run(amp.suite, "gemm_ladder", **GEMM)
     assert entry.outcome == "pass", entry.reason
@@ -52,15 +62,19 @@ def test_gemm_ladder(cuda_rehearsal, family):
         assert any("has no bfloat16 (compute capability 7.0" in n for n in entry.notes)
     else:
         assert dtypes == set(amp.GEMM_DTYPES["cuda"])
-    sheet = gpus.datasheet_for(r.gpu.name)
-    assert (sheet is not None) == (family in WITH_DATASHEET)
-    for row in rows:  # datasheet columns exactly where the datasheet has the precision
-        peak = sheet.tflops.get(row["dtype"]) if sheet else None
-        assert row.get("datasheet_tflops") == peak
-        if peak:
-            assert row["of_datasheet"] == pytest.approx(row["tflops"] / peak)
+    part, bf16_peak = PARTS.get(family, (None, None))
+    assert entry.details["part"] == part
+    bf16 = next((row for row in rows if row["dtype"] == "bfloat16"), {})
+    assert bf16.get("datasheet_tflops") == (pytest.approx(bf16_peak) if bf16_peak else None)
+    for row in rows:  # the datasheet's columns exactly where a peak is claimed
+        assert ("of_datasheet" in row) == (part is not None and row["dtype"] in
+                                           ("float32", "tf32", "float16", "bfloat16"))
+        if "of_datasheet" in row:
+            assert row["of_datasheet"] == pytest.approx(row["tflops"] / row["datasheet_tflops"])
     assert entry.details["gpu"] == r.gpu.name
-    assert any(("dense peaks for " + r.gpu.name) in n for n in entry.notes) == bool(sheet)
+    assert any(n.startswith(f"dense peaks of the {part} ") for n in entry.notes) == bool(part)
+    assert any(n.startswith("figures are against this run's measured peak only")
+               for n in entry.notes) == (part is None)
     assert r.stand_in.synchronized > 0  # the timer's clock waited for the device
 
 
@@ -95,22 +109,45 @@ def test_amp_workloads(cuda_rehearsal):
             assert amp.matmul("cuda", 64, dtype)().dtype == computes_in[dtype], dtype
 
 
-def test_step_memory_counts_the_new_gradients_in_blocks(cuda_rehearsal):
-    """The CUDA branch of the step memory: the gradients a step leaves behind, each in the
-    allocator's 512 B blocks (what test_measurement checks on a GPU)."""
+MIB = 2**20
+
+
+def gradient_blocks(params) -> tuple[int, int]:
+    """(least, most) bytes a step's new gradients take in the caching allocator's blocks:
+    each its request rounded to 512 B where the block is split off, a large one up to 1 MiB
+    more where a cached block is handed out whole (suites/profiler/truth.py)."""
+    bounds = [truth.cuda_block_bounds(p.numel() * p.element_size()) for p in params]
+    return sum(lo for lo, _ in bounds), sum(hi for _, hi in bounds)
+
+
+def test_step_memory_counts_the_new_gradients_in_the_allocators_blocks(cuda_rehearsal):
+    """The CUDA branch of the step memory: the gradients a step leaves behind, each in a
+    block of the caching allocator (what test_measurement checks on a GPU). With cached
+    blocks of 9.5 MiB left free before the step, the encoder's 9 MiB feed-forward gradients
+    take them whole (what remains, 0.5 MiB, is too small to split off a large block): more
+    than 512 B of rounding per gradient, within the allocator's bounds."""
     from suites.amp import memory
 
     r = cuda_rehearsal("H200")
-    step = training.TrainStep("encoder", "cuda", "fp16", batch=2, side=16)
+    step = training.TrainStep("encoder", "cuda", "fp32", batch=2, side=16)
     step()
-    m = memory.step_memory(step, "cuda")
     params = list(step.model.parameters())
     grads = sum(p.numel() * p.element_size() for p in params)
-    assert grads <= m.net <= grads + 512 * len(params)
-    r.stand_in.allocator.reported = 1.25  # an allocator that reports wrong bytes
+    lo, hi = gradient_blocks(params)
+    assert grads <= lo <= memory.step_memory(step, "cuda").net <= hi
     step.optimizer.zero_grad(set_to_none=True)
-    wrong = memory.step_memory(step, "cuda")
-    assert not grads <= wrong.net <= grads + 512 * len(params)
+    segments = r.stand_in.allocator.blocks.segments
+    hold = [torch.empty(b.size // 4, device="cuda") for blocks in list(segments.values())
+            for b in blocks if b.free and b.size >= 9 * MIB]  # no larger block left free
+    for _ in range(2):  # a 9.5 MiB block freed beside a live one: cached, not merged
+        freed = torch.empty(int(9.5 * MIB) // 4, device="cuda")
+        hold.append(torch.empty(int(10.5 * MIB) // 4, device="cuda"))
+        del freed
+    m = memory.step_memory(step, "cuda")
+    assert grads + 512 * len(params) < m.net <= hi
+    r.stand_in.allocator.reported = 1.25  # an allocator that reports wrong bytes
+    assert not lo <= memory.step_memory(step, "cuda").net <= hi
+    del hold
 
 
 def test_a_gpu_without_bfloat16(cuda_rehearsal):
@@ -185,7 +222,7 @@ def test_nvml_readings_fail_where_nvml_does_not_see_the_cuda_device(cuda_rehears
     assert entry.outcome == "fail", entry.reason
     (failed,) = [c for c in entry.checks if c.failed]
     assert failed.name == "the CUDA device is among NVML's visible GPUs"
-    assert failed.detail == f"GPU-{r.gpu.uuid}"
+    assert failed.detail == r.gpu.uuid  # as torch reports it
 
 
 def test_sampling_overhead(cuda_rehearsal):
@@ -631,3 +668,179 @@ def test_the_release_notes_examples_take_their_cuda_branch_on_the_rehearsed_gpu(
     for name in ("cuda_amp_autocast_and_gradscaler", "autocast_and_amp_gradscaler"):
         assert off[name]["status"] == "fails", off[name]
         assert off[name]["reason"] == "AssertionError: the linear layer gave torch.float32"
+
+
+# ---- the device's own behaviours: clock limits, NVML in a container, MIG --------------------
+
+def sampled(r, suite, name: str, params: dict | None = None, **settings):
+    """Case `name` on the rehearsed GPU with telemetry sampled, NVML through the fake."""
+    from harness.running.telemetry import Telemetry
+
+    if settings:
+        r.small(suite, name, **settings)
+    tel = Telemetry(interval_s=0.01)
+    try:
+        return execute(suite.case(name), "cuda", params or {}, "quick", tel)
+    finally:
+        tel.close()
+
+
+def gpu_flags(entry) -> list[str]:
+    # the host-busy flag depends on what else this machine runs; these are about the GPU
+    return [r for r in entry.telemetry["invalid_reasons"] if r.startswith("gpu")]
+
+
+def test_a_heavy_case_at_its_power_cap_stays_valid_and_records_the_cap(cuda_rehearsal):
+    """An H100 running the GEMM ladder at its power cap (sw_power_cap in every reading, at
+    699 W and a lowered SM clock): the case is valid, and its record says the cap, its
+    share of readings, the clocks and the power."""
+    r = cuda_rehearsal("H100")
+    (gpu,) = r.nvml.gpus
+    gpu.clocks_event_mask, gpu.power_mw, gpu.sm_clock = 0x4, 699_000, 1755
+    entry = sampled(r, amp.suite, "gemm_ladder", **GEMM)
+    assert entry.outcome == "pass" and gpu_flags(entry) == []
+    (g,) = entry.telemetry["gpus"]
+    assert g["clocks_event_share"] == {"sw_power_cap": 1.0} and g["power_w_max"] == 699
+    assert ("gpu0 at a clock limit (sw_power_cap in 100% of readings; SM clock 1755-1755 MHz, "
+            "power up to 699 W): its working state under load, recorded, not contention"
+            ) in entry.notes
+
+
+def test_a_thermal_slowdown_invalidates_the_case(cuda_rehearsal):
+    r = cuda_rehearsal("H100")
+    r.nvml.gpus[0].clocks_event_mask = 0x4 | 0x40  # at the cap, and too hot
+    entry = sampled(r, amp.suite, "gemm_ladder", **GEMM)
+    assert gpu_flags(entry) == ["gpu0 throttled: hw_thermal_slowdown"]
+    assert not entry.valid and "gpu0 throttled: hw_thermal_slowdown" in entry.contended()
+
+
+def host_pid(k: int = 0) -> int:
+    """A pid no process has here (past the kernel's pid_max), as the host's pid of one of
+    this container's processes reads from inside it."""
+    from pathlib import Path
+
+    return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1000 + k
+
+
+def test_our_processes_listed_by_host_pids_in_a_container_are_ours(cuda_rehearsal):
+    """In a container NVML lists this run's GPU processes by the host's pids: this process,
+    which holds the (stand-in) GPU device, listed as a pid unknown here, leaves the case
+    valid; more unknown pids than this run has processes holding the GPU are another's."""
+    r = cuda_rehearsal("H200")
+    r.nvml.gpus[0].pids = [host_pid()]
+    assert gpu_flags(sampled(r, telemetry.suite, "nvml_readings", side=64)) == []
+    r.nvml.gpus[0].pids = [host_pid(k) for k in range(8)]
+    (flag,) = gpu_flags(sampled(r, telemetry.suite, "nvml_readings"))
+    assert flag.startswith("gpu0 in use by another process (8 listed by pids of another "
+                           "namespace")
+
+
+def test_a_real_process_outside_the_run_on_the_gpu_invalidates_the_case(cuda_rehearsal):
+    """A process of this machine, not started by the run, that holds the GPU's device (the
+    rehearsal's stand-in for /dev/nvidia0) and that NVML lists: another's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.planted.cuda_rehearsal import DEVICE_FILE
+
+    r = cuda_rehearsal("H200")
+    hold = (f"f = open({str(DEVICE_FILE)!r}); print(1, flush=True); "
+            "import time; time.sleep(120)")
+    spawn = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', sys.argv[1]], "
+             "stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, "
+             "text=True, start_new_session=True); p.stdout.readline(); print(p.pid)")
+    stranger = int(subprocess.run([sys.executable, "-c", spawn, hold], capture_output=True,
+                                  text=True, timeout=60, check=True).stdout)
+    try:
+        r.nvml.gpus[0].pids = [host_pid(), stranger]
+        entry = sampled(r, telemetry.suite, "nvml_readings", side=64)
+    finally:
+        os.kill(stranger, signal.SIGKILL)
+    assert gpu_flags(entry) == [f"gpu0 in use by another process (pid {stranger}: outside "
+                                "this run's processes, holds the GPU, 1024 MiB)"]
+
+
+def test_a_mig_slices_telemetry_is_found(cuda_rehearsal):
+    """On a MIG slice (an H100 in MIG mode, torch's device its 1g.10gb slice): NVML's MIG
+    device is the CUDA device (its MIG- UUID), its memory the slice's, and power, energy and
+    clocks are read from its GPU; utilisation, which NVML does not report on a slice, is not
+    checked."""
+    r = cuda_rehearsal("H100 MIG 1g.10gb")
+    entry = sampled(r, telemetry.suite, "nvml_readings", side=64)
+    assert entry.outcome == "pass", entry.reason
+    assert "the CUDA device is among NVML's visible GPUs" in {c.name for c in entry.checks}
+    assert "utilisation seen under load" not in {c.name for c in entry.checks}
+    (row,) = entry.tables["gpu_summary"]
+    assert row["label"] == "gpu0-mig0" and row["energy_method"] == "energy counter"
+    assert row["power_w_mean"] == 300 and row["memory_used_max_bytes"] == 2**30
+
+
+# ---- the caching allocator: its rounding and splitting at the sizes the quick profile uses --
+
+@pytest.mark.parametrize(("nbytes", "block", "segment"), [
+    (4, 512, 2 * MIB),  # a float: the 512 B minimum, from a 2 MiB small-pool segment
+    (4_000, 4_096, 2 * MIB),  # 1000 floats
+    (1_000_000, 1_000_448, 2 * MIB),  # 1000x1000 int8 and bool: the small pool (<= 1 MiB)
+    (MIB, MIB, 2 * MIB),  # 1 MiB itself is small
+    (2_000_000, 2_000_384, 20 * MIB),  # 1000x1000 half: a 20 MiB large-pool segment, split
+    (4_000_000, 4_000_256, 20 * MIB),  # 1000x1000 float: the "4 MB" allocation
+    (8_000_000, 8_000_000, 20 * MIB),  # 1000x1000 double: a multiple of 512 B already
+    (104_857_600, 104_857_600, 104_857_600),  # 5120x5120 float: its own segment, whole
+    (11 * MIB + 1, 12 * MIB, 12 * MIB),  # 1 MiB - 512 B would remain: not split off
+])
+def test_the_stand_in_allocator_rounds_and_splits_as_the_caching_allocator(nbytes, block,
+                                                                         segment):
+    """From a fresh allocator, the block and segment each request gets, as
+    c10/cuda/CUDACachingAllocator.cpp's rules give them; and the profiler suite's ground
+    truth (suites/profiler/truth.py, written from the same rules apart) agrees."""
+    from tests.planted.cuda_rehearsal import CachingAllocator
+
+    a = CachingAllocator()
+    assert (a.malloc(nbytes).size, a.reserved) == (block, segment)
+    assert truth.cuda_block_size(nbytes, expandable=False) == block
+
+
+def test_the_stand_in_allocator_reuses_merges_and_hands_out_whole_blocks():
+    """A freed block merges with its free neighbours; the smallest cached block that fits
+    serves the next request; one within 1 MiB of a large request is handed out whole;
+    empty_cache returns wholly free segments."""
+    from tests.planted.cuda_rehearsal import CachingAllocator
+
+    a = CachingAllocator()
+    x = a.malloc(12 * MIB)  # a 12 MiB segment of its own
+    y = a.malloc(4 * MIB)  # a 20 MiB segment: 4 MiB split off
+    assert (x.size, y.size, a.reserved) == (12 * MIB, 4 * MIB, 32 * MIB)
+    a.free(x)
+    z = a.malloc(int(11.5 * MIB))  # the cached 12 MiB block, 0.5 MiB too big: whole
+    assert z.size == 12 * MIB and a.reserved == 32 * MIB
+    assert truth.cuda_block_bounds(int(11.5 * MIB)) == (int(11.5 * MIB), int(12.5 * MIB))
+    a.free(y)  # merges back with the rest of its segment
+    assert [b.size for b in a.segments[y.segment]] == [20 * MIB]
+    w = a.malloc(512)  # the small pool: a segment of its own
+    a.empty_cache()  # the free 20 MiB segment goes; z's and w's stay
+    assert a.reserved == 12 * MIB + 2 * MIB and w.size == 512
+    # best fit: of a free 14 MiB block and a free 10.5 MiB one, a 10 MiB request takes the
+    # 10.5 MiB block, whole (0.5 MiB would remain), not a split of the 14 MiB one
+    a = CachingAllocator()
+    big = a.malloc(14 * MIB)
+    near = a.malloc(int(10.5 * MIB))  # from a 12 MiB segment, 1.5 MiB split off...
+    a.malloc(int(1.5 * MIB))  # ...and taken, so that `near` stays apart when freed
+    a.free(big)
+    a.free(near)
+    fit = a.malloc(10 * MIB)
+    assert (fit.segment, fit.size) == (near.segment, int(10.5 * MIB))
+
+
+def test_known_allocations_over_the_quick_profiles_grid(cuda_rehearsal):
+    """profiler/known_allocations with its quick settings on the rehearsed H200: every
+    allocation reports the caching allocator's block (the 4 MB and 100 MiB ones among them)
+    and memory_allocated moves by the same bytes."""
+    r = cuda_rehearsal("H200")
+    entry = r.run(profiler.suite, "known_allocations")
+    assert entry.outcome == "pass", entry.reason
+    rows = {row["case"]: row for row in entry.tables["accuracy"]}
+    assert rows["empty float32 1000x1000"]["truth_B"] == 4_000_256
+    assert rows["rand float32 5120x5120"]["profiler_B"] == 104_857_600
+    assert all(row["allocator_B"] == row["truth_B"] for row in rows.values())

@@ -37,16 +37,44 @@ def test_gpu_check_dry_run_selects_gpu_tests_and_cuda_cases(tmp_path):
     assert "telemetry/nvml_readings[cuda" in " ".join(planned)
 
 
-def test_gpu_check_fits_its_lease():
-    """Its steps' limits add up to 7.5 minutes at most: with the summaries, the check ends
-    within 8, so that a 15-minute lease with a cold start leaves time for one rerun."""
+def test_every_command_of_the_gpu_check_runs_under_a_limit_that_fits_one_call():
+    """A lent machine runs one command for at most 10 minutes. Every command of the check
+    (the dry run's aside) runs under a `timeout`, itself or through `step`, so that a step
+    that hangs ends and the steps after it still run and leave their records; and the limits
+    add up to at most 570 s, so that the check ends on its own, summary written, before the
+    machine ends the command."""
     import re
 
     text = (ROOT / "scripts/gpu-check.sh").read_text()
+    dry = text.index('if [ "$dry" = "--dry-run" ]; then')
+    text = text[:dry] + text[text.index("\nfi\n", dry):]  # the dry run's block aside
+    lines = [ln for ln in text.replace("\\\n", " ").splitlines()
+             if not ln.lstrip().startswith("#") and not re.match(r"\s*\w+=", ln)]
+    commands = [ln for ln in lines if re.search(r"\$(PY|bench)\b", ln)]
+    assert len(commands) >= 6, commands
+    assert [c for c in commands if not re.search(r"\b(timeout|step) ", c)] == []
     limits = [int(v) for v in re.findall(r"^LIMIT_\w+=(\d+)$", text, re.M)]
     (suites,) = re.findall(r'^SUITE_LIMITS="([^"]+)"$', text, re.M)
     limits += [int(entry.split(":")[1]) for entry in suites.split()]
-    assert len(limits) == 8 and sum(limits) <= 450, limits
+    assert sum(limits) <= 570, limits
+
+
+def test_gpu_check_dry_run_refuses_a_scipy_older_than_the_code_needs(tmp_path):
+    """On an image whose scipy is older than the code needs (here its metadata says 1.11.4,
+    first on the path), the dry run stops with one line naming it, before selecting
+    anything."""
+    fake = tmp_path / "old" / "scipy-1.11.4.dist-info"
+    fake.mkdir(parents=True)
+    (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: scipy\nVersion: 1.11.4\n")
+    out = subprocess.run([ROOT / "scripts/gpu-check.sh", str(tmp_path / "out"), "--dry-run"],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHON": sys.executable,
+                              "PYTHONPATH": str(fake.parent)})
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("== gpu-check dry run: python ")
+    assert lines[1:] == ["dependencies: scipy 1.11.4 is older than this project needs: "
+                         "scipy >= 1.12 (scipy.stats.quantile_test)"]
 
 
 def test_gpu_check_refuses_to_run_without_cuda(tmp_path):
@@ -88,7 +116,8 @@ def test_validation_spread_gives_each_familys_sd_as_calibrate_measures_it(capsys
 
 def test_gpu_only_lines_lists_what_no_test_ran_and_adds_a_selection_to_an_earlier_run(tmp_path):
     """scripts/gpu-only-lines.py over two one-test selections of harness/formats.py: the
-    second, appended to the first's data, lists what neither ran."""
+    second, appended to the first's data, lists what neither ran; and the same data read
+    again for a file with a line marked gpu-only, which no test of the selection ran."""
     source = (ROOT / "harness" / "formats.py").read_text().splitlines()
     n_a = 1 + source.index('        return "n/a"')
     percent = 1 + next(i for i, line in enumerate(source) if "100 * fraction" in line)
@@ -113,6 +142,14 @@ def test_gpu_only_lines_lists_what_no_test_ran_and_adds_a_selection_to_an_earlie
     assert f"harness/formats.py:{percent}:" not in both.stdout
     assert f"harness/formats.py:{n_a}:" not in both.stdout  # kept from the first run
     assert '"gpu_only": 0' in both.stdout and "-- 0 lines" in both.stdout
+    # a line marked gpu-only is listed whether or not a test ran it, and said which
+    timing = (ROOT / "harness" / "running" / "timing.py").read_text().splitlines()
+    marked = 1 + next(i for i, line in enumerate(timing) if "# gpu-only:" in line)
+    reread = subprocess.run([sys.executable, "scripts/gpu-only-lines.py", "--only",
+                             "harness/running/timing.py", "--data", str(data), "--reuse"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert f"harness/running/timing.py:{marked}: [NOT RUN] " in reread.stdout, reread.stdout
+    assert '"gpu_only": 1, "gpu_only_unexecuted": 1' in reread.stdout
     bad = subprocess.run([sys.executable, "scripts/gpu-only-lines.py", "--append"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--data" in bad.stderr

@@ -3,22 +3,34 @@
 from __future__ import annotations
 
 import os
+import re
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import psutil
 import pytest
 import torch
 from fake_pynvml import (
     FakeGpu,
+    FakeMig,
     FakeNvml,
     NVMLError_LibraryNotFound,
     NVMLError_NoPermission,
     NVMLError_NotSupported,
 )
 
-from harness.running.telemetry import Telemetry, decode_clocks_event_reasons
+from harness.running.telemetry import (
+    Telemetry,
+    decode_clocks_event_reasons,
+    gpu_processes,
+    limit_change,
+)
 from harness.running.telemetry.host import HostReader, Rapl
-from harness.running.telemetry.nvml import NvmlReader, visible_selectors
+from harness.running.telemetry.nvml import NvmlReader, find_device, visible_selectors
 from harness.running.telemetry.sampler import Sampler
 
 
@@ -58,17 +70,37 @@ def test_healthy_gpu_summary_and_energy_per_iteration():
 
 
 @pytest.mark.parametrize(("mask", "flag"), [
+    (0x8, "gpu0 throttled: hw_slowdown"),
+    (0x20, "gpu0 throttled: sw_thermal_slowdown"),
     (0x40, "gpu0 throttled: hw_thermal_slowdown"),
-    (0x4, "gpu0 throttled: sw_power_cap"),
+    (0x80, "gpu0 throttled: hw_power_brake_slowdown"),
+    (0x4 | 0x40, "gpu0 throttled: hw_thermal_slowdown"),  # heat on top of the power cap
 ])
-def test_throttling_makes_the_case_invalid(mask, flag):
+def test_a_thermal_or_hardware_slowdown_makes_the_case_invalid(mask, flag):
     _, s = sampled(FakeNvml([FakeGpu(clocks_event_mask=mask)]))
     assert not s["valid"] and gpu_flags(s) == [flag]
+
+
+@pytest.mark.parametrize("mask", [0x4, 0x200, 0x4 | 0x200 | 0x400])
+def test_a_power_cap_under_load_is_recorded_as_context_not_contention(mask):
+    """A datacenter GPU running a heavy kernel sits at its power cap (sw_power_cap): the
+    figures stay valid, and the case records the limit, how often it was set, the clocks and
+    the power."""
+    _, s = sampled(FakeNvml([FakeGpu(clocks_event_mask=mask, power_mw=699_000, sm_clock=1755)]))
+    assert gpu_flags(s) == []
+    (gpu,) = s["gpus"]
+    names = decode_clocks_event_reasons(mask)
+    assert gpu["clocks_event_reasons_seen"] == sorted(names)
+    assert gpu["clocks_event_share"] == {n: 1.0 for n in names}
+    (note,) = s["context"]
+    assert note.startswith(f"gpu0 at a clock limit ({sorted(names)[0]} in 100%")
+    assert "SM clock 1755-1755 MHz, power up to 699 W" in note
 
 
 def test_idle_reason_alone_is_not_throttling():
     _, s = sampled(FakeNvml([FakeGpu(clocks_event_mask=0x1)]))
     assert gpu_flags(s) == [] and s["gpus"][0]["clocks_event_reasons_seen"] == ["gpu_idle"]
+    assert s["context"] == []
 
 
 class OldBindingsNvml(FakeNvml):
@@ -81,14 +113,133 @@ class OldBindingsNvml(FakeNvml):
 
 
 def test_older_bindings_read_the_clocks_event_reasons_by_their_deprecated_name():
-    _, s = sampled(OldBindingsNvml([FakeGpu(clocks_event_mask=0x4)]))
-    assert gpu_flags(s) == ["gpu0 throttled: sw_power_cap"]
+    _, s = sampled(OldBindingsNvml([FakeGpu(clocks_event_mask=0x40)]))
+    assert gpu_flags(s) == ["gpu0 throttled: hw_thermal_slowdown"]
 
 
-def test_another_process_on_the_gpu_is_flagged():
-    _, s = sampled(FakeNvml([FakeGpu(pids=[os.getpid(), 999_999])]))
-    assert s["gpus"][0]["other_processes"] == [999_999]
-    assert gpu_flags(s) == ["gpu0 in use by another process (pid 999999)"]
+def test_a_change_of_clock_limits_between_two_sides_is_said():
+    """A power cap on one side of a comparison only: its figures were measured at other
+    clocks. The same limit on both sides, or none, says nothing."""
+    def tel(*reasons, label="gpu0"):
+        return {"gpus": [{"label": label, "clocks_event_reasons_seen": list(reasons)}]}
+
+    assert limit_change(tel("sw_power_cap"), tel("sw_power_cap")) is None
+    assert limit_change(tel(), tel("gpu_idle")) is None
+    assert limit_change(tel("sw_power_cap"), tel("gpu1", label="gpu1")) is None
+    assert limit_change(None, tel("sw_power_cap")) is None
+    assert limit_change(tel(), tel("sw_power_cap", "gpu_idle")) == (
+        "GPU clock limits differ between the sides: gpu0 sw_power_cap in the candidate only")
+    assert limit_change(tel("board_limit"), tel("unknown_0x1000")) == (
+        "GPU clock limits differ between the sides: gpu0 board_limit in the baseline only; "
+        "gpu0 unknown_0x1000 in the candidate only")
+
+
+# ---- another process on the GPU, inside a container too --------------------------------
+
+@pytest.fixture
+def gpu_device(tmp_path, monkeypatch):
+    """A file that stands for the GPU's device file: a process that holds it open holds the
+    GPU, as a CUDA process holds /dev/nvidia0."""
+    device = tmp_path / "nvidia0"
+    device.touch()
+    monkeypatch.setattr(gpu_processes, "DEVICE_FILE", re.compile(f"^{re.escape(str(device))}$"))
+    return device
+
+
+def absent_pid(k: int = 0) -> int:
+    """A pid no process has here (past the kernel's pid_max): a host pid seen from a
+    container."""
+    return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1000 + k
+
+
+def holding(device: Path, detached: bool = False) -> subprocess.Popen | int:
+    """A process that holds `device` open until killed: a child of this process, or with
+    `detached` one outside this process's tree (its parent exits at once), whose pid is
+    returned."""
+    hold = f"f = open({str(device)!r}); print(1, flush=True); import time; time.sleep(120)"
+    if not detached:
+        p = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline() == "1\n"
+        return p
+    spawn = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', sys.argv[1]], "
+             "stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, "
+             "text=True, start_new_session=True); p.stdout.readline(); print(p.pid)")
+    out = subprocess.run([sys.executable, "-c", spawn, hold], capture_output=True, text=True,
+                         timeout=60, check=True)
+    return int(out.stdout)
+
+
+def test_host_pids_of_our_own_processes_in_a_container_are_ours(gpu_device):
+    """In a container NVML lists our processes by the host's pids, which no process has here:
+    as many of them as our processes holding the GPU are ours, and the figures stay valid."""
+    mine = open(gpu_device)  # this process holds the GPU, and so does a child
+    child = holding(gpu_device)
+    try:
+        _, s = sampled(FakeNvml([FakeGpu(pids=[absent_pid(0), absent_pid(1)])]))
+        assert gpu_flags(s) == [] and s["gpus"][0]["other_processes"] == []
+        # one more host pid than we have processes holding the GPU: someone else's
+        _, s = sampled(FakeNvml([FakeGpu(pids=[absent_pid(k) for k in range(3)])]))
+    finally:
+        child.kill()
+        child.wait()
+        mine.close()
+    (flag,) = gpu_flags(s)
+    assert flag.startswith("gpu0 in use by another process (3 listed by pids of another "
+                           f"namespace ({absent_pid(0)}, 1024 MiB, ")
+    assert flag.endswith("against 2 of this run's processes holding the GPU unnamed: "
+                         "1 another's)")
+
+
+def test_a_process_outside_our_tree_that_holds_the_gpu_is_another(gpu_device):
+    """A real process of this machine, not of this run, holding the GPU: the case is
+    invalid, whatever else NVML lists."""
+    mine = open(gpu_device)
+    stranger = holding(gpu_device, detached=True)
+    try:
+        assert stranger not in {p.pid for p in psutil.Process().children(recursive=True)}
+        _, s = sampled(FakeNvml([FakeGpu(pids=[os.getpid(), stranger])]))
+    finally:
+        os.kill(stranger, signal.SIGKILL)
+        mine.close()
+    assert s["gpus"][0]["other_processes"] == [
+        f"pid {stranger}: outside this run's processes, holds the GPU, 1024 MiB"]
+    assert gpu_flags(s) == [f"gpu0 in use by another process (pid {stranger}: outside this "
+                            "run's processes, holds the GPU, 1024 MiB)"]
+
+
+def test_a_pid_here_that_does_not_hold_the_gpu_is_a_host_pid(gpu_device):
+    """A listed pid that happens to number a process here that holds no GPU (pid 1, say) is
+    a pid of another namespace: counted against our processes holding the GPU."""
+    with open(gpu_device):
+        _, s = sampled(FakeNvml([FakeGpu(pids=[1])]))
+    assert gpu_flags(s) == []
+    _, s = sampled(FakeNvml([FakeGpu(pids=[1])]))  # now nothing of ours holds it
+    assert gpu_flags(s) == ["gpu0 in use by another process (1 listed by pids of another "
+                            "namespace (1, 1024 MiB) against 0 of this run's processes holding "
+                            "the GPU unnamed: 1 another's)"]
+
+
+def test_the_cuda_driver_library_mapped_holds_the_gpu(tmp_path):
+    """Where a sandbox shows no device file, the CUDA driver library in a process's memory
+    map marks it as holding the GPU."""
+    proc = tmp_path / "proc"
+    for pid, maps in ((10, "7f00-7f10 r-xp 0 00:00 0 /usr/lib/libcuda.so.580.1\n"),
+                      (11, "7f00-7f10 r-xp 0 00:00 0 /usr/lib/libc.so.6\n")):
+        (proc / str(pid) / "fd").mkdir(parents=True)
+        (proc / str(pid) / "maps").write_text(maps)
+    assert gpu_processes.holds_gpu(10, proc) and not gpu_processes.holds_gpu(11, proc)
+    assert not gpu_processes.holds_gpu(12, proc)  # no such process
+    assert gpu_processes.others([(absent_pid(), None)], {10}, proc) == []
+    assert gpu_processes.others([(absent_pid(), None)], {11}, proc) == [
+        f"1 listed by pids of another namespace ({absent_pid()}) against 0 of this run's "
+        "processes holding the GPU unnamed: 1 another's"]
+
+
+def test_a_process_list_nvml_refuses_is_a_reason_not_a_flag():
+    gpu = FakeGpu(pids=[absent_pid()], fail={"processes": NVMLError_NoPermission()})
+    _, s = sampled(FakeNvml([gpu]))
+    assert gpu_flags(s) == []
+    assert s["unavailable"]["gpu0.processes"] == "unavailable: Insufficient Permissions"
 
 
 def test_no_library_no_driver_no_permission_are_reasons_not_crashes():
@@ -99,15 +250,78 @@ def test_no_library_no_driver_no_permission_are_reasons_not_crashes():
         assert reader.static_info() == {"available": False, "reason": f"unavailable: {text}"}
 
 
-def test_mig_slice_without_utilisation_and_energy():
-    gpu = FakeGpu(mig_mode=1, fail={"utilization": NVMLError_NotSupported(),
-                                    "energy": NVMLError_NotSupported()})
-    reader, s = sampled(FakeNvml([gpu]))
+def test_a_gpu_without_utilisation_and_energy():
+    gpu = FakeGpu(fail={"utilization": NVMLError_NotSupported(),
+                        "energy": NVMLError_NotSupported()})
+    _, s = sampled(FakeNvml([gpu]))
     g = s["gpus"][0]
     assert g["utilization_mean_pct"] is None
     assert s["unavailable"]["gpu0.utilization"] == "unavailable: Not Supported"
     # without the counter, energy is integrated from the power samples instead
     assert g["energy_method"] == "integrated power samples" and g["energy_j"] > 0
+
+
+def test_energy_is_integrated_with_the_trapezoid_rule_numpy_has():
+    """NumPy 2.0 named the trapezoidal rule np.trapezoid; before, np.trapz: either serves."""
+    from types import SimpleNamespace
+
+    from harness.running.telemetry import sampler
+
+    def rule(y, x):
+        return sum((x[i + 1] - x[i]) * (y[i] + y[i + 1]) / 2 for i in range(len(x) - 1))
+
+    assert sampler.trapezoid_rule(SimpleNamespace(trapz=rule)) is rule  # NumPy 1.x
+    assert sampler.trapezoid_rule(SimpleNamespace(trapezoid=rule, trapz=None)) is rule
+    assert sampler.trapezoid_rule(np)([1.0, 3.0], [0.0, 2.0]) == 4.0
+
+
+MIG_GPU = FakeGpu(name="NVIDIA H100 80GB HBM3", uuid="GPU-aaaa0000-1111-2222-3333-444444444444",
+                  mig_mode=1, mem_total=80 * 2**30, power_mw=500_000, clocks_event_mask=0x4,
+                  mig=[FakeMig(uuid="MIG-bbbb0000-1111-2222-3333-444444444444"), None,
+                       FakeMig(name="NVIDIA H100 80GB HBM3 MIG 3g.40gb", mem_total=40 * 2**30,
+                               uuid="MIG-cccc0000-1111-2222-3333-444444444444")])
+
+
+def test_a_mig_slice_is_found_and_read_through_its_gpu():
+    """A GPU in MIG mode: each slice is a device of its own (its name, UUID, memory and
+    processes); power, energy, clocks, temperature and the clocks-event reasons are read from
+    the whole GPU, which alone reports them; utilisation is not reported on a slice."""
+    reader, s = sampled(FakeNvml([MIG_GPU]))
+    assert [d.label for d in reader.devices] == ["gpu0-mig0", "gpu0-mig2"]
+    info = reader.static_info()
+    first, second = info["gpus"]
+    assert (first["name"], first["uuid"], first["mig"]) == (
+        "NVIDIA H100 80GB HBM3 MIG 1g.10gb", "MIG-bbbb0000-1111-2222-3333-444444444444", 0)
+    assert (second["memory_total_bytes"], second["power_limit_w"]) == (40 * 2**30, 700)
+    assert (first["gpu_name"], first["gpu_uuid"]) == ("NVIDIA H100 80GB HBM3", MIG_GPU.uuid)
+    g = s["gpus"][0]
+    assert (g["label"], g["index"], g["power_w_mean"]) == ("gpu0-mig0", 0, 500)
+    assert g["energy_method"] == "energy counter" and g["sm_clock_mhz_max"] == 1980
+    assert g["clocks_event_reasons_seen"] == ["sw_power_cap"] and gpu_flags(s) == []
+    assert g["memory_used_max_bytes"] == 2**30 and g["utilization_mean_pct"] is None
+    assert s["unavailable"]["gpu0-mig0.utilization"] == "unavailable: Not Supported"
+    assert "gpu0-mig2.power_w" in s["series"]
+    # torch reports a slice's UUID bare (or with its MIG- prefix): either finds it
+    assert find_device(info, "cccc0000-1111-2222-3333-444444444444")["label"] == "gpu0-mig2"
+    assert find_device(info, "MIG-bbbb0000-1111-2222-3333-444444444444")["mig"] == 0
+    assert find_device(info, "aaaa0000-1111-2222-3333-444444444444") is None  # the GPU's
+
+
+def test_mig_slices_are_selected_by_their_uuid_or_their_gpus():
+    def picked(value):
+        r = NvmlReader.open(FakeNvml([MIG_GPU, FakeGpu(uuid="GPU-dddd")]),
+                            env={"CUDA_VISIBLE_DEVICES": value})
+        return [d.label for d in r.devices]
+
+    assert picked("MIG-cccc") == ["gpu0-mig2"]
+    assert picked("GPU-aaaa") == ["gpu0-mig0", "gpu0-mig2"]
+    assert picked("MIG-bbbb,GPU-dddd") == ["gpu0-mig0", "gpu1"]
+    assert picked("2") == ["gpu1"]  # CUDA's order: the slices, then the next GPU
+
+
+def test_a_gpu_in_mig_mode_without_slices_is_read_whole():
+    reader = NvmlReader.open(FakeNvml([FakeGpu(mig_mode=1, mig=[None, None])]), env={})
+    assert [d.label for d in reader.devices] == ["gpu0"]
     assert reader.static_info()["gpus"][0]["mig_mode"] == 1
 
 
@@ -135,7 +349,7 @@ def test_power_falls_back_when_fields_are_unsupported():
 def test_gpu_lost_mid_run_stops_sampling_it_and_the_run_goes_on():
     fake = FakeNvml([FakeGpu(lost_after=2), FakeGpu(uuid="GPU-2")])
     reader, s = sampled(fake)
-    assert reader.lost == {0}
+    assert reader.lost == {"gpu0"}
     assert s["unavailable"]["gpu0"] == "unavailable: GPU lost during the case"
     assert [g["index"] for g in s["gpus"]] == [0, 1]
     g0, g1 = s["gpus"]
@@ -151,7 +365,7 @@ def test_cuda_visible_devices_by_index_uuid_prefix_and_invalid_entry():
 
     def picked(value):
         r = NvmlReader.open(FakeNvml(gpus), env={"CUDA_VISIBLE_DEVICES": value})
-        return [i for i, _ in r.handles]
+        return [d.index for d in r.devices]
 
     assert picked("2,0") == [2, 0]
     assert picked("GPU-3aaa,GPU-1") == [3, 1]
@@ -167,14 +381,14 @@ def test_nvml_failing_after_init_is_a_reason_and_its_shutdown_error_is_not_a_cra
             raise NVMLError_NoPermission()
 
     reader = NvmlReader.open(CountFails([FakeGpu()]))
-    assert reader.handles == [] and reader.error == "unavailable: Insufficient Permissions"
+    assert reader.devices == [] and reader.error == "unavailable: Insufficient Permissions"
 
     class ShutdownFails(FakeNvml):
         def nvmlShutdown(self):
             raise NVMLError_LibraryNotFound()
 
     reader = NvmlReader.open(ShutdownFails([FakeGpu()]))
-    assert reader.error is None and len(reader.handles) == 1
+    assert reader.error is None and len(reader.devices) == 1
     reader.close()  # the run's telemetry ends without an error of its own
 
 

@@ -55,6 +55,7 @@ from harness import stats
 from harness.cases import metric_id
 from harness.comparing.calibration import Calibration
 from harness.records import CaseKey, Metric, MetricKey, MetricKind, Run
+from harness.running import telemetry
 
 K = MetricKind
 # kind -> tolerated relative change in the bad direction: 0.05 means a speedup may fall to
@@ -661,7 +662,10 @@ def compare_runs(base: Run, cand: Run, thresholds: dict[str, float] | None = Non
             cases.append(case_change(key, "(outcome)", "conformance", Verdict.REGRESSION,
                                      f"passed, now {e.outcome}: {e.reason[:200]}"))
             order.append(("case", len(cases) - 1))
-        invalid = old.contended() or e.contended()
+        # a GPU held at a clock limit (its power cap) on one side only: measured at other
+        # clocks, so the change is not the build's alone
+        invalid = (old.contended() or e.contended()
+                   or telemetry.limit_change(old.telemetry, e.telemetry))
         old_metrics = {m.key: m for m in old.metrics}
         for m in e.metrics:
             if m.key in old_metrics:

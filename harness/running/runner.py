@@ -213,7 +213,8 @@ def execute(
         case.suite, case.name, outcome, reason[:MAX_REASON], kind=case.kind, device=device,
         params=dict(params), started=started, elapsed_s=round(time.perf_counter() - t0, 3),
         metrics=tuple(m.record() for m in ctx.metrics), checks=tuple(ctx.checks),
-        notes=(*ctx.notes, *_warning_notes(caught), *stderr_note), tables=ctx.tables,
+        notes=(*ctx.notes, *_warning_notes(caught), *stderr_note,
+               *(tel_summary or {}).get("context", ())), tables=ctx.tables,
         shown_tables=tuple(ctx.shown_tables), details=ctx.details, telemetry=tel_summary,
         # the hosts each rank ran on: the pair a figure crossed
         placement=cluster.take_placements() if cluster is not None else None,

@@ -76,7 +76,7 @@ class Timing:
 def synchronize(device: str | torch.device) -> None:
     """Wait for queued work on `device` (a no-op on CPU)."""
     if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
+        torch.cuda.synchronize(device)  # gpu-only: kernel times
 
 
 def sync_clock() -> float:

@@ -39,6 +39,7 @@ from harness.cases import (
 )
 from harness.running import clean_exit as clean_exit_programs
 from harness.running import machine
+from harness.running.telemetry.nvml import NvmlReader, find_device
 from harness.running.timing import Timing
 from suites.amp import gpus, gradscaler, memory, oplists, training
 from suites.amp.training import AMP_MODES, MODELS, CudaSettings, restored_backend_flags
@@ -432,7 +433,7 @@ def gemm_ladder(ctx: Context) -> None:
     if kind == "cuda" and not gpu_has_bf16(ctx.device):
         ctx.note(f"bfloat16 left out: {no_bf16_note(ctx.device)}")
         dtypes = tuple(d for d in dtypes if not d.endswith("bfloat16"))
-    datasheet = gpus.datasheet_for(gpu) if kind == "cuda" else None
+    told = gpus.identify(device_facts(ctx.device)) if kind == "cuda" else None
     sizes = ctx.settings["sizes"]
     measured = {}
     if not check_autocast_matmuls(ctx, dtypes):
@@ -443,7 +444,7 @@ def gemm_ladder(ctx: Context) -> None:
             measured[n] = ctx.measure_side_by_side(fns, name="time", label="dtype",
                                                    labels={"n": n}, rounds=3, warmup=2)
     medians = {n: {d: t.median for d, t in ts.items()} for n, ts in measured.items()}
-    rows = gpus.ladder_rows(medians, datasheet)
+    rows = gpus.ladder_rows(medians, told.peaks if told else {})
     for row in rows:
         n, d = row["n"], row["dtype"]
         ctx.metric("tflops", row["tflops"], "TFLOP/s", kind="throughput", better="higher",
@@ -465,13 +466,23 @@ def gemm_ladder(ctx: Context) -> None:
         ratio = next(r["vs_float32"] for r in rows if r["n"] == top and r["dtype"] == "bfloat16")
         ctx.note(_cpu_flags_note(f"matmul {top}^3", ratio))
     else:
-        ctx.details.update(gpu=gpu, baseline="float32 is strict FP32 (allow_tf32=False)")
-        if datasheet is not None:
-            ctx.note(gpus.datasheet_note(gpu, datasheet))
-        else:
-            ctx.note(f"{gpu}: no datasheet entry (known: "
-                     f"{', '.join(d.family for d in gpus.DATASHEETS)}); figures are against "
-                     "this run's own peak only")
+        ctx.details.update(gpu=gpu, baseline="float32 is strict FP32 (allow_tf32=False)",
+                           part=told.part.name if told.part else None)
+        ctx.note(told.note())
+
+
+def device_facts(device: str) -> gpus.DeviceFacts:
+    """What torch and NVML measure of a CUDA device, that tells its part: the name, SM count
+    and memory (torch), and the power limit and whether it is a MIG slice (NVML)."""
+    props = torch.cuda.get_device_properties(device)  # gpu-only: a real part's measures
+    reader = NvmlReader.open()
+    try:
+        found = find_device(reader.static_info(), str(props.uuid)) or {}
+    finally:
+        reader.close()
+    return gpus.DeviceFacts(props.name, props.multi_processor_count, props.total_memory,
+                            found.get("power_limit_w"),
+                            mig=found.get("mig") is not None or " MIG " in f" {props.name} ")
 
 
 def check_autocast_matmuls(ctx: Context, dtypes: tuple[str, ...]) -> bool:

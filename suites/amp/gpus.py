@@ -2,8 +2,9 @@
 device's name and capability and of measured values: no torch call, so that every line a
 GPU run reaches here runs in CI with real device names and figures.
 
-- datasheets: dense peak TFLOP/s per precision of the GPU families the suite knows, found
-  from the device name torch reports ("NVIDIA H100 80GB HBM3");
+- datasheets: dense peak TFLOP/s per precision of the GPU parts the suite knows (H100 SXM,
+  PCIe and NVL; H200 SXM and NVL; A100), each part told by the device name torch reports
+  and confirmed by what was measured of the device (SM count, memory, power limit);
 - which reduced precisions a GPU computes in (bfloat16 from compute capability 8.0);
 - the GEMM ladder's figures: TFLOP/s, speedup over float32, fraction of the run's measured
   peak and of the datasheet's;
@@ -12,44 +13,165 @@ GPU run reaches here runs in CI with real device names and figures.
 
 from __future__ import annotations
 
+import enum
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 
+class Form(enum.Enum):
+    """A part's form factor, as NVIDIA's datasheets tell the parts of one GPU apart."""
+
+    SXM = "SXM"
+    PCIE = "PCIe"
+    NVL = "NVL"
+
+
 @dataclass(frozen=True)
-class Datasheet:
-    """A GPU family's published dense peaks (SXM parts, without sparsity)."""
+class Part:
+    """One GPU part: how to tell it (its family in the device name, its form factor, its SM
+    count, memory and highest power limit) and its published dense peaks."""
 
-    family: str  # as it appears in the device name: "H200"
-    source: str
+    family: str  # as it appears in the device name: "H100"
+    form: Form
+    multiprocessors: int
+    memory_gib: tuple[float, float]  # where torch's total_memory of the part lies, in GiB
+    max_power_w: float  # the board's highest power limit
     tflops: Mapping[str, float]  # precision ("float32", "tf32", "float16", "bfloat16") -> peak
+    source: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.family} {self.form.value}"
 
 
-# From NVIDIA's "H100 Tensor Core GPU" datasheet (H100 and H200 share the compute figures; the
-# H200 datasheet repeats them) and NVIDIA's "A100 Tensor Core GPU" datasheet.
-DATASHEETS = (
-    Datasheet("H200", "NVIDIA H200 Tensor Core GPU datasheet (SXM, dense)",
-              {"float32": 67, "tf32": 495, "float16": 989, "bfloat16": 989}),
-    Datasheet("H100", "NVIDIA H100 Tensor Core GPU datasheet (SXM, dense)",
-              {"float32": 67, "tf32": 495, "float16": 989, "bfloat16": 989}),
-    Datasheet("A100", "NVIDIA A100 Tensor Core GPU datasheet (SXM, dense)",
-              {"float32": 19.5, "tf32": 156, "float16": 312, "bfloat16": 312}),
+def _dense(fp32: float, tf32_sparse: float, half_sparse: float) -> dict[str, float]:
+    """Dense peaks from a datasheet's figures: FP32 as printed; TF32, FP16 and BF16 Tensor
+    Core figures are printed with 2:4 sparsity, and dense is half of them."""
+    return {"float32": fp32, "tf32": tf32_sparse / 2, "float16": half_sparse / 2,
+            "bfloat16": half_sparse / 2}
+
+
+H100_SHEET = ("NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100): "
+              "H100 SXM FP32 67, TF32 989*, BF16/FP16 1,979*; H100 NVL FP32 60, TF32 835*, "
+              "BF16/FP16 1,671*; its earlier edition H100 PCIe FP32 51, TF32 756*, BF16/FP16 "
+              "1,513* TFLOPS (* with sparsity: dense is half)")
+H200_SHEET = ("NVIDIA H200 Tensor Core GPU (nvidia.com/en-us/data-center/h200): H200 SXM "
+              "FP32 67, TF32 989*, BF16/FP16 1,979*; H200 NVL FP32 60, TF32 835*, BF16/FP16 "
+              "1,671* TFLOPS (* with sparsity: dense is half)")
+A100_SHEET = ("NVIDIA A100 Tensor Core GPU datasheet: SXM and PCIe alike FP32 19.5, TF32 312*, "
+              "BF16/FP16 624* TFLOPS (* with sparsity: dense is half)")
+PARTS = (
+    Part("H100", Form.SXM, 132, (75, 82), 700, _dense(67, 989, 1979), H100_SHEET),
+    Part("H100", Form.PCIE, 114, (75, 82), 350, _dense(51, 756, 1513), H100_SHEET),
+    Part("H100", Form.NVL, 132, (85, 96), 400, _dense(60, 835, 1671), H100_SHEET),
+    Part("H200", Form.SXM, 132, (130, 145), 700, _dense(67, 989, 1979), H200_SHEET),
+    Part("H200", Form.NVL, 132, (130, 145), 600, _dense(60, 835, 1671), H200_SHEET),
+    Part("A100", Form.SXM, 108, (38, 82), 400, _dense(19.5, 312, 624), A100_SHEET),
+    Part("A100", Form.PCIE, 108, (38, 82), 300, _dense(19.5, 312, 624), A100_SHEET),
 )
+FAMILIES = tuple(dict.fromkeys(p.family for p in PARTS))
+POWER_SLACK = 1.01  # a reported power limit may read a watt or so above the published one
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What a run measures of its device: torch's name, SM count and memory, NVML's power
+    limit (of the whole GPU), and whether it is a MIG slice."""
+
+    name: str
+    multiprocessors: int | None = None
+    memory_bytes: int | None = None
+    power_limit_w: float | None = None
+    mig: bool = False
+
+    def describe(self) -> str:
+        parts = [f"{self.multiprocessors} SMs" if self.multiprocessors else None,
+                 f"{self.memory_bytes / 2**30:.1f} GiB" if self.memory_bytes else None,
+                 f"power limit {self.power_limit_w:.0f} W" if self.power_limit_w else None]
+        return ", ".join(p for p in parts if p) or "no measured properties"
+
+
+@dataclass(frozen=True)
+class Identified:
+    """The part a device was told to be (None: unknown), the share of its SMs the device has
+    (a MIG slice's; 1 for a whole GPU) and how it was told, or why no part was."""
+
+    part: Part | None
+    share: float
+    why: str
+
+    @property
+    def peaks(self) -> dict[str, float]:
+        """The dense peaks the device's figures are held against: the part's, scaled by the
+        share of its SMs; none for an unknown part."""
+        return {d: v * self.share for d, v in self.part.tflops.items()} if self.part else {}
+
+    def note(self) -> str:
+        if self.part is None:
+            return f"figures are against this run's measured peak only: {self.why}"
+        peaks = {d: round(v, 1) for d, v in self.peaks.items()}
+        return f"dense peaks of the {self.part.name} ({self.part.source}), {self.why}: {peaks}"
+
+
+def _form_named(words: set[str]) -> Form:
+    """The form factor a device name says: NVIDIA names the PCIe and NVL parts so
+    ("NVIDIA H100 PCIe", "NVIDIA H200 NVL", "NVIDIA A100-PCIE-40GB"), the SXM parts without
+    a suffix or with SXM ("NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB")."""
+    upper = {w.upper() for w in words}
+    if "PCIE" in upper:
+        return Form.PCIE
+    if "NVL" in upper:
+        return Form.NVL
+    return Form.SXM
+
+
+def _disagreements(part: Part, facts: DeviceFacts) -> list[str]:
+    """The measured properties of `facts` that are not `part`'s (a MIG slice's SMs and
+    memory are its own, not the part's)."""
+    out = []
+    if not facts.mig and facts.multiprocessors and facts.multiprocessors != part.multiprocessors:
+        out.append(f"{facts.multiprocessors} SMs, not {part.multiprocessors}")
+    low, high = part.memory_gib
+    if not facts.mig and facts.memory_bytes and not low <= facts.memory_bytes / 2**30 <= high:
+        out.append(f"{facts.memory_bytes / 2**30:.1f} GiB, not {low:g}-{high:g}")
+    if facts.power_limit_w and facts.power_limit_w > part.max_power_w * POWER_SLACK:
+        out.append(f"power limit {facts.power_limit_w:.0f} W, above its {part.max_power_w:.0f} W")
+    return out
+
+
+def identify(facts: DeviceFacts) -> Identified:
+    """The part a device is, told by its name (the family as a whole word of it, and the
+    form factor it says) and confirmed by what was measured of it: SM count, memory, power
+    limit. Where they disagree, or the family has no datasheet here, the part is unknown and
+    the figures are held against the run's own peak only. A MIG slice is its GPU's part,
+    with the share of the part's SMs the slice has."""
+    words = set(re.split(r"[^A-Za-z0-9]+", facts.name))
+    family = next((f for f in FAMILIES if f in words), None)
+    if family is None:
+        return Identified(None, 1.0, f"{facts.name or 'this device'}: no datasheet here "
+                                     f"(known: {', '.join(FAMILIES)})")
+    form = _form_named(words)
+    part = next((p for p in PARTS if p.family == family and p.form == form), None)
+    if part is None:
+        return Identified(None, 1.0, f"{facts.name}: no {family} {form.value} datasheet here")
+    if off := _disagreements(part, facts):
+        return Identified(None, 1.0, f"{facts.name} is named as the {part.name} but measures "
+                                     f"{'; '.join(off)}: not a part this table knows")
+    told = f"told by its name and {facts.describe()}"
+    if not facts.mig:
+        return Identified(part, 1.0, told)
+    if not facts.multiprocessors:
+        return Identified(None, 1.0, f"{facts.name}: a MIG slice of unknown SM count")
+    share = facts.multiprocessors / part.multiprocessors
+    return Identified(part, share, f"{told}; a MIG slice with {facts.multiprocessors} of its "
+                                   f"{part.multiprocessors} SMs, its peaks scaled by that share")
+
 
 # bfloat16 arithmetic came with Ampere (compute capability 8.0); Volta (7.0) and Turing (7.5)
 # have none, and torch.cuda.is_bf16_supported() says False there.
 BF16_CAPABILITY = (8, 0)
-
-
-def datasheet_for(device_name: str) -> Datasheet | None:
-    """The datasheet of the family a device name names, or None for a GPU without one.
-
-    The family is matched as a whole word of the name: "NVIDIA A100-SXM4-80GB" is an A100,
-    "NVIDIA A10" and "NVIDIA GH200 480GB" are not (a GH200 is no plain H200 part)."""
-    words = set(re.split(r"[^A-Za-z0-9]+", device_name))
-    return next((d for d in DATASHEETS if d.family in words), None)
 
 
 def has_bfloat16(capability: tuple[int, int]) -> bool:
@@ -93,12 +215,13 @@ def ladder_peaks(seconds: Mapping[int, Mapping[str, float]]) -> dict[str, Ladder
     return out
 
 
-def ladder_rows(seconds: Mapping[int, Mapping[str, float]], datasheet: Datasheet | None
+def ladder_rows(seconds: Mapping[int, Mapping[str, float]], datasheet: Mapping[str, float]
                 ) -> list[dict[str, float | int | str]]:
     """The GEMM ladder's table from its medians (`seconds[n][dtype]`, float32 among them):
     per size (the largest first) and precision, ms, TFLOP/s, the speedup over float32, the
-    fraction of the run's measured peak in that precision and, where the GPU has a datasheet
-    figure for it, the datasheet peak and the fraction of it."""
+    fraction of the run's measured peak in that precision and, where the device has a
+    datasheet peak for it (`datasheet`: precision -> TFLOP/s, `Identified.peaks`), that
+    peak and the fraction of it."""
     peaks = ladder_peaks(seconds)
     rows = []
     for n in sorted(seconds, reverse=True):  # the largest size first: the summary shows it
@@ -106,15 +229,11 @@ def ladder_rows(seconds: Mapping[int, Mapping[str, float]], datasheet: Datasheet
             row = {"n": n, "dtype": d, "ms": sec * 1e3, "tflops": tflops(n, sec),
                    "vs_float32": seconds[n]["float32"] / sec,
                    "of_measured_peak": tflops(n, sec) / peaks[d].tflops}
-            if datasheet is not None and datasheet.tflops.get(d):
-                row["datasheet_tflops"] = datasheet.tflops[d]
-                row["of_datasheet"] = tflops(n, sec) / datasheet.tflops[d]
+            if datasheet.get(d):
+                row["datasheet_tflops"] = datasheet[d]
+                row["of_datasheet"] = tflops(n, sec) / datasheet[d]
             rows.append(row)
     return rows
-
-
-def datasheet_note(device_name: str, datasheet: Datasheet) -> str:
-    return f"dense peaks for {device_name} from the {datasheet.source}: {dict(datasheet.tflops)}"
 
 
 # ---- a training step ------------------------------------------------------------------------

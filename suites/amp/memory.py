@@ -105,7 +105,7 @@ def step_memory(step, device: str) -> StepMemory:
         step()
         torch.cuda.synchronize(device)
         after = torch.cuda.memory_allocated(device)
-        peak = torch.cuda.max_memory_allocated(device)
+        peak = torch.cuda.max_memory_allocated(device)  # gpu-only: the caching allocator
         return cuda_step_memory(resident, before, after, peak)
     sizes = cpu_allocation_events(step)
     transient, net = allocation_walk(sizes)

@@ -304,7 +304,7 @@ def run_lists(rank: int, world: int, device: str, dtype_name: str) -> dict[str, 
         # As test_cuda.py does: deterministic cuDNN, so that autocast and control runs of a
         # convolution pick the same algorithm and can be compared bitwise.
         with torch.backends.cudnn.flags(enabled=True, deterministic=True):
-            rows = [run_case(c, device, amp_dtype) for c in cases]
+            rows = [run_case(c, device, amp_dtype) for c in cases]  # gpu-only: CUDA autocast
     else:
         rows = [run_case(c, device, amp_dtype) for c in cases]
     return {"class": name, "rows": rows}

@@ -7,29 +7,82 @@ import pytest
 from suites.amp import gpus, memory, training
 from suites.profiler import truth
 
+GIB = 2**30
+# what torch and NVML report on each part: name, SMs, total_memory, the power limit
+H100_SXM = gpus.DeviceFacts("NVIDIA H100 80GB HBM3", 132, 85_045_379_072, 700)
+H100_PCIE = gpus.DeviceFacts("NVIDIA H100 PCIe", 114, 85_093_187_584, 350)
+H100_NVL = gpus.DeviceFacts("NVIDIA H100 NVL", 132, 100_485_038_080, 400)
+H200_SXM = gpus.DeviceFacts("NVIDIA H200", 132, 150_754_820_096, 700)
+H200_NVL = gpus.DeviceFacts("NVIDIA H200 NVL", 132, 150_754_820_096, 600)
 
-@pytest.mark.parametrize(("name", "family"), [
-    ("NVIDIA H200", "H200"),  # torch.cuda.get_device_name on the lent H200
-    ("NVIDIA H100 80GB HBM3", "H100"),
-    ("NVIDIA H100 PCIe", "H100"),
-    ("NVIDIA A100-SXM4-80GB", "A100"),
-    ("NVIDIA A100-PCIE-40GB", "A100"),
-    ("NVIDIA A10", None),  # not an A100
-    ("NVIDIA GH200 480GB", None),  # not a plain H200 part
-    ("Tesla V100-SXM2-16GB", None),
-    ("NVIDIA L4", None),
-    ("", None),  # the CPU's "GPU name"
+
+@pytest.mark.parametrize(("facts", "part"), [
+    (H100_SXM, "H100 SXM"),
+    (H100_PCIE, "H100 PCIe"),
+    (H100_NVL, "H100 NVL"),
+    (H200_SXM, "H200 SXM"),
+    (H200_NVL, "H200 NVL"),
+    (gpus.DeviceFacts("NVIDIA A100-SXM4-80GB", 108, 85_097_971_712, 400), "A100 SXM"),
+    (gpus.DeviceFacts("NVIDIA A100-PCIE-40GB", 108, 42_505_273_344, 250), "A100 PCIe"),
+    (gpus.DeviceFacts("NVIDIA H200", 132, 150_754_820_096, 500), "H200 SXM"),  # capped lower
+    (gpus.DeviceFacts("NVIDIA H100 80GB HBM3"), "H100 SXM"),  # nothing measured to object
+    (gpus.DeviceFacts("NVIDIA A10", 72, 24 * GIB), None),  # not an A100
+    (gpus.DeviceFacts("NVIDIA GH200 480GB", 132, 102 * GIB), None),  # not a plain H200 part
+    (gpus.DeviceFacts("Tesla V100-SXM2-16GB", 80, 16 * GIB), None),
+    (gpus.DeviceFacts("NVIDIA L4", 58, 22 * GIB), None),
 ])
-def test_datasheet_is_found_from_the_device_name(name, family):
-    sheet = gpus.datasheet_for(name)
-    assert (sheet.family if sheet else None) == family
+def test_the_part_is_told_by_its_name_and_confirmed_by_its_measures(facts, part):
+    told = gpus.identify(facts)
+    assert (told.part.name if told.part else None) == part, told.why
+    assert told.share == 1.0
 
 
-def test_datasheet_figures():
-    h200 = gpus.datasheet_for("NVIDIA H200")
-    assert h200.tflops == {"float32": 67, "tf32": 495, "float16": 989, "bfloat16": 989}
-    assert "H200" in gpus.datasheet_note("NVIDIA H200", h200)
-    assert gpus.datasheet_for("NVIDIA A100-SXM4-80GB").tflops["tf32"] == 156
+@pytest.mark.parametrize(("facts", "disagrees"), [
+    # a name that says SXM with a PCIe part's SM count
+    (gpus.DeviceFacts("NVIDIA H100 80GB HBM3", 114, 85_093_187_584, 350), "114 SMs, not 132"),
+    # an H100 SXM with 64 GB, a part this table has no peaks for
+    (gpus.DeviceFacts("NVIDIA H100 80GB HBM3", 132, 68_702_699_520, 700), "64.0 GiB, not 75-82"),
+    # an NVL at a 700 W limit is not an NVL
+    (gpus.DeviceFacts("NVIDIA H200 NVL", 132, 150_754_820_096, 700),
+     "power limit 700 W, above its 600 W"),
+])
+def test_a_part_whose_measures_disagree_with_its_name_is_unknown(facts, disagrees):
+    """Named as one part, measured as another: no datasheet peak is claimed, and the note
+    says the figures are against the measured peak only, and why."""
+    told = gpus.identify(facts)
+    assert told.part is None and told.peaks == {}
+    assert disagrees in told.why
+    assert told.note().startswith("figures are against this run's measured peak only: ")
+
+
+def test_each_parts_own_peaks_from_its_datasheet():
+    """Dense peaks are half the datasheet's Tensor Core figures printed with sparsity."""
+    peak = {f.name: gpus.identify(f).peaks for f in (H100_SXM, H100_PCIE, H100_NVL, H200_SXM,
+                                                     H200_NVL)}
+    assert peak["NVIDIA H100 80GB HBM3"] == {"float32": 67, "tf32": 494.5, "float16": 989.5,
+                                             "bfloat16": 989.5}
+    assert peak["NVIDIA H100 PCIe"] == {"float32": 51, "tf32": 378, "float16": 756.5,
+                                        "bfloat16": 756.5}
+    assert peak["NVIDIA H100 NVL"]["bfloat16"] == 835.5
+    assert peak["NVIDIA H200"] == peak["NVIDIA H100 80GB HBM3"]
+    assert peak["NVIDIA H200 NVL"] == peak["NVIDIA H100 NVL"]
+    told = gpus.identify(H100_PCIE)
+    assert told.note() == (
+        f"dense peaks of the H100 PCIe ({gpus.H100_SHEET}), told by its name and 114 SMs, "
+        "79.2 GiB, power limit 350 W: {'float32': 51.0, 'tf32': 378.0, 'float16': 756.5, "
+        "'bfloat16': 756.5}")
+
+
+def test_a_mig_slice_is_held_against_its_share_of_the_gpus_peak():
+    """A 1g.10gb slice of an H100 SXM computes on 16 of its 132 SMs: its peaks are the
+    part's scaled by that share, never the whole GPU's."""
+    slice_ = gpus.DeviceFacts("NVIDIA H100 80GB HBM3 MIG 1g.10gb", 16, 10 * GIB, 700, mig=True)
+    told = gpus.identify(slice_)
+    assert told.part.name == "H100 SXM" and told.share == pytest.approx(16 / 132)
+    assert told.peaks["bfloat16"] == pytest.approx(989.5 * 16 / 132)
+    assert "a MIG slice with 16 of its 132 SMs, its peaks scaled by that share" in told.note()
+    unknown = gpus.identify(gpus.DeviceFacts(slice_.name, None, 10 * GIB, 700, mig=True))
+    assert unknown.part is None and "MIG slice of unknown SM count" in unknown.why
 
 
 @pytest.mark.parametrize(("capability", "bf16"), [
@@ -55,15 +108,15 @@ def test_ladder_rows_against_measured_and_datasheet_peaks():
     # medians seen on an H200-class GPU: seconds per n^3 matmul
     seconds = {4096: {"float32": 2.60e-3, "bfloat16": 0.21e-3},
                8192: {"float32": 18.0e-3, "bfloat16": 1.40e-3}}
-    rows = gpus.ladder_rows(seconds, gpus.datasheet_for("NVIDIA H200"))
+    rows = gpus.ladder_rows(seconds, gpus.identify(H200_SXM).peaks)
     assert [(r["n"], r["dtype"]) for r in rows] == [(8192, "float32"), (8192, "bfloat16"),
                                                    (4096, "float32"), (4096, "bfloat16")]
     big_bf16 = rows[1]
     assert big_bf16["tflops"] == pytest.approx(785.37, abs=0.01)
     assert big_bf16["vs_float32"] == pytest.approx(18.0 / 1.40)
     assert big_bf16["of_measured_peak"] == 1.0  # the peak was reached at 8192
-    assert big_bf16["datasheet_tflops"] == 989
-    assert big_bf16["of_datasheet"] == pytest.approx(785.37 / 989, abs=1e-4)
+    assert big_bf16["datasheet_tflops"] == 989.5
+    assert big_bf16["of_datasheet"] == pytest.approx(785.37 / 989.5, abs=1e-4)
     # float32: 52.9 TFLOP/s at 4096, 61.1 at 8192
     peaks = gpus.ladder_peaks(seconds)
     assert peaks["float32"].n == 8192 and peaks["bfloat16"].n == 8192
@@ -80,11 +133,10 @@ def test_ladder_peak_is_the_best_size_not_the_largest():
 
 def test_ladder_rows_without_a_datasheet_have_no_datasheet_columns():
     rows = gpus.ladder_rows({1024: {"float32": 1e-3, "float16": 0.1e-3}},
-                            gpus.datasheet_for("NVIDIA L4"))
+                            gpus.identify(gpus.DeviceFacts("NVIDIA L4")).peaks)
     assert all("of_datasheet" not in r and "datasheet_tflops" not in r for r in rows)
     # a datasheet without a figure for a precision leaves that precision's columns out
-    sheet = gpus.Datasheet("X", "test", {"float32": 10})
-    rows = gpus.ladder_rows({1024: {"float32": 1e-3, "float16": 0.1e-3}}, sheet)
+    rows = gpus.ladder_rows({1024: {"float32": 1e-3, "float16": 0.1e-3}}, {"float32": 10})
     assert [("of_datasheet" in r) for r in rows] == [True, False]
 
 

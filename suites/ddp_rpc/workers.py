@@ -141,7 +141,7 @@ def trainer_device(device: str, rank: int, gpus: int | None = None) -> torch.dev
         gpus = torch.cuda.device_count() if gpus is None else gpus
         if gpus < 1:
             raise ValueError(f"trainers on cuda need a GPU; {gpus} visible")
-        return torch.device("cuda", (rank - TRAINER_RANKS[0]) % gpus)
+        return torch.device("cuda", (rank - TRAINER_RANKS[0]) % gpus)  # gpu-only: trainers' GPUs
     return torch.device("cpu")
 
 

@@ -144,7 +144,7 @@ def known_allocations(ctx: Context) -> None:
             for i, (factory, dtype, shape) in enumerate(allocs):
                 if cuda:  # a fresh segment each time, so that the block rule applies
                     torch.cuda.empty_cache()
-                    before = torch.cuda.memory_allocated()
+                    before = torch.cuda.memory_allocated()  # gpu-only: the caching allocator
                 with autograd_profiler.record_function(f"alloc {i}"):
                     t = FACTORIES[factory](shape, dtype=dtype, device=device)
                 rows[i]["bytes"] = apis.storage(t).nbytes()
@@ -421,7 +421,7 @@ def _device_durations(prof, api: str, labels: list[str]) -> list[float]:
         regions = [e for e in apis.host_events(prof) if e.name in set(labels)]
         return [e.device_time_total / 1e6 for e in sorted(regions,
                                                            key=lambda e: e.time_range.start)]
-    kernels = sorted((e for e in apis.events(prof)
+    kernels = sorted((e for e in apis.events(prof)  # gpu-only: CUPTI's kernel events
                       if e.device_type == DeviceType.CUDA and "spin_kernel" in e.name),
                      key=lambda e: e.time_range.start)
     return [k.device_time_total / 1e6 for k in kernels]

@@ -124,7 +124,7 @@ class GpuSleep:
     def run_cycles(cycles: int) -> float:
         start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
         start.record()
-        torch.cuda._sleep(int(cycles))
+        torch.cuda._sleep(int(cycles))  # gpu-only: a kernel's time
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / 1e3

@@ -73,7 +73,7 @@ def joined(rank: int, world: int, spec: GroupSpec,
         _channels=list(spec.channels) if spec.channels else None,
     )
     for peer, device_map in device_maps(rank, world, spec.device).items():
-        opts.set_device_map(peer, device_map)
+        opts.set_device_map(peer, device_map)  # gpu-only: TensorPipe CUDA channels
     gloo_timeout = dist.default_pg_timeout if spec.gloo else None
     with rpc_group.joined(rank, world, worker_name(rank), opts, gloo_timeout,
                            session) as member:

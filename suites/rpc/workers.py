@@ -44,7 +44,7 @@ def bare_loop(device: str, nbytes: int) -> measure.Sampler:
             t0 = time.perf_counter()
             rpc.rpc_sync(PEER, torch.add, args=(x, 0))
             if cuda:
-                torch.cuda.synchronize(device)
+                torch.cuda.synchronize(device)  # gpu-only: a CUDA round trip
             out.append(time.perf_counter() - t0)
         return out
 

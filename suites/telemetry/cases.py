@@ -13,6 +13,7 @@ import torch
 
 from harness.cases import Context, Suite
 from harness.running.telemetry import Telemetry
+from harness.running.telemetry.nvml import find_device
 
 suite = Suite(
     "telemetry",
@@ -119,11 +120,11 @@ def nvml_readings(ctx: Context) -> None:
         torch.cuda.synchronize()
     summary = s.summary()
     tel.close()
-    uuid = f"GPU-{torch.cuda.get_device_properties(0).uuid}"
-    index = next((g["index"] for g in nvml["gpus"] if g["uuid"] == uuid), None)
-    if not ctx.check("the CUDA device is among NVML's visible GPUs", index is not None, uuid):
+    uuid = str(torch.cuda.get_device_properties(0).uuid)  # gpu-only: a MIG slice's UUID in torch
+    device = find_device(nvml, uuid)  # a whole GPU's GPU-<uuid>, or a MIG slice's MIG-<uuid>
+    if not ctx.check("the CUDA device is among NVML's visible GPUs", device is not None, uuid):
         return
-    gpu = next(g for g in summary["gpus"] if g["index"] == index)
+    gpu = next(g for g in summary["gpus"] if g["label"] == device["label"])
     ctx.table("gpu_summary", [gpu], show=True)
     ctx.check("power read", (gpu["power_w_mean"] or 0) > 0, str(gpu["power_w_mean"]))
     ctx.check("energy counter advanced", (gpu["energy_j"] or 0) > 0 and
@@ -135,6 +136,6 @@ def nvml_readings(ctx: Context) -> None:
     ctx.check("memory used covers torch's reservation",
               (gpu["memory_used_max_bytes"] or 0) >= torch.cuda.memory_reserved(),
               f"{gpu['memory_used_max_bytes']} B vs reserved {torch.cuda.memory_reserved()} B")
-    if nvml["gpus"][0].get("mig_mode") != 1:  # utilisation is not reported on MIG slices
+    if device.get("mig") is None:  # utilisation is not reported on MIG slices
         ctx.check("utilisation seen under load", (gpu["utilization_mean_pct"] or 0) > 0,
                   str(gpu["utilization_mean_pct"]))

@@ -10,13 +10,14 @@ Tensors live on the CPU. What stands in:
   `Tensor.cuda`, `torch.Generator`) lands on the CPU (a torch function mode);
 - CUDA events and synchronisation (`torch.cuda.Event`, `synchronize`, `_sleep`): the host's
   clock, and a spin for `_sleep` at the GPU's clock rate;
-- the caching allocator's statistics (`memory_allocated`, `max_memory_allocated`,
+- the caching allocator (`memory_allocated`, `max_memory_allocated`,
   `reset_peak_memory_stats`, `memory_stats`, `memory_reserved`, `empty_cache`): a torch
-  dispatch mode that counts every storage an op makes, in the allocator's blocks (a request
-  rounded up to 512 B), until the last tensor on it dies;
+  dispatch mode gives every storage an op makes a block by the caching allocator's own rules
+  (512 B rounding, the small and large pools, 2 MiB and 20 MiB segments, best fit, splitting,
+  merging; `CachingAllocator`, from the allocator's source) until the last tensor on it dies;
 - the profilers' device memory: the allocations made on the host reach every profiler API
-  (torch.profiler, torch.autograd.profiler, the legacy one) as CUDA memory records in the
-  allocator's blocks;
+  (torch.profiler, torch.autograd.profiler, the legacy one) as CUDA memory records of those
+  blocks;
 - the spin kernel of `_sleep` in the Kineto profilers (torch.profiler, torch.autograd.profiler):
   each spin reaches them as a CUDA kernel event over the spin's time on Kineto's clock; no
   other kernel, and no CUDA events at the legacy profiler's region ends;
@@ -27,21 +28,32 @@ Tensors live on the CPU. What stands in:
 - TensorPipe's device maps: the options keep what a case sets, and `init_rpc` starts
   TensorPipe without them (its agent opens a map's devices when it starts).
 
-NVML stands in through tests/fake_pynvml.py (the test's fixture installs it). `install()` is
-what the tests' fixture and the planted sitecustomize (`cuda=H200`, for worker processes)
-call. What cannot be rehearsed: kernels (their speed), the profiler's CUDA activity beyond the
-spin kernel (the kernels of ops, the legacy profiler's device times), real allocator segments
-(the stand-in's blocks are the 512 B rounding only).
+NVML stands in through tests/fake_pynvml.py (`fake_nvml`: a whole GPU, or a GPU in MIG mode
+for a slice; the test's fixture installs it), and the GPU's device file through a file every
+rehearsing process holds open (`DEVICE_FILE`). `install()` is what the tests' fixture and the
+planted sitecustomize (`cuda=H200`, for worker processes) call.
+
+What the rehearsal shows is that the code around the device runs and decides as it should
+against these stand-ins, which this project wrote from the documentation and sources it
+cites; not that a GPU behaves as they do. What only a GPU shows: kernels and their times; the
+profiler's CUDA activity beyond the spin kernel (the kernels of ops, CUPTI, the legacy
+profiler's device times); the real allocator (temporaries inside ops, which the dispatch mode
+never sees, streams, fragmentation over a long run); TensorPipe's CUDA channels (the
+rehearsal starts TensorPipe without device maps); NVML on real hardware (its readings, which
+calls a driver and a container support, the pids it lists).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import re
+import tempfile
 import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -50,7 +62,7 @@ Setter = Callable[[Any, str, Any], None]
 
 @dataclass(frozen=True)
 class Gpu:
-    """A GPU as torch and NVML report it."""
+    """A GPU (or a MIG slice of one) as torch and NVML report it."""
 
     name: str
     capability: tuple[int, int]
@@ -58,22 +70,147 @@ class Gpu:
     multiprocessors: int
     clock_hz: float  # SM clock: what torch.cuda._sleep's cycles run at
     uuid: str = "11111111-2222-3333-4444-555555555555"
+    power_limit_w: float = 700
+    slice_of: str | None = None  # a MIG slice: the name of its GPU (NVML's MIG device)
 
 
-# Every GPU family the suites know, one without a datasheet entry, one without bfloat16.
+# Every GPU family the suites know, the parts of one family that only their measures and
+# datasheets tell apart, a MIG slice, one without a datasheet entry, one without bfloat16.
 GPUS = {
     "H200": Gpu("NVIDIA H200", (9, 0), 150_754_820_096, 132, 1.98e9),
+    "H200 NVL": Gpu("NVIDIA H200 NVL", (9, 0), 150_754_820_096, 132, 1.98e9,
+                    power_limit_w=600),
     "H100": Gpu("NVIDIA H100 80GB HBM3", (9, 0), 85_045_379_072, 132, 1.98e9),
-    "A100": Gpu("NVIDIA A100-SXM4-80GB", (8, 0), 85_097_971_712, 108, 1.41e9),
-    "L4": Gpu("NVIDIA L4", (8, 9), 23_580_639_232, 58, 2.04e9),  # no datasheet entry
-    "V100": Gpu("Tesla V100-SXM2-16GB", (7, 0), 16_935_419_904, 80, 1.53e9),  # no bfloat16
+    "H100 PCIe": Gpu("NVIDIA H100 PCIe", (9, 0), 85_093_187_584, 114, 1.755e9,
+                     power_limit_w=350),
+    "H100 NVL": Gpu("NVIDIA H100 NVL", (9, 0), 100_485_038_080, 132, 1.785e9,
+                    power_limit_w=400),
+    "H100 MIG 1g.10gb": Gpu("NVIDIA H100 80GB HBM3 MIG 1g.10gb", (9, 0), 10_468_982_784, 16,
+                            1.98e9, uuid="66666666-7777-8888-9999-000000000000",
+                            slice_of="NVIDIA H100 80GB HBM3"),
+    "A100": Gpu("NVIDIA A100-SXM4-80GB", (8, 0), 85_097_971_712, 108, 1.41e9,
+                power_limit_w=400),
+    "L4": Gpu("NVIDIA L4", (8, 9), 23_580_639_232, 58, 2.04e9, power_limit_w=72),  # no sheet
+    "V100": Gpu("Tesla V100-SXM2-16GB", (7, 0), 16_935_419_904, 80, 1.53e9,  # no bfloat16
+                power_limit_w=300),
 }
 
-MIN_BLOCK = 512  # the caching allocator rounds every request up to a multiple of 512 B
+
+def fake_nvml(gpu: Gpu, fake: Any) -> Any:
+    """NVML as it sees `gpu` (tests/fake_pynvml.py, the module `fake`): a whole GPU, or a GPU
+    in MIG mode whose one slice is `gpu`, each with the UUID torch reports, prefixed as NVML
+    prefixes it."""
+    if gpu.slice_of is None:
+        return fake.FakeNvml([fake.FakeGpu(name=gpu.name, uuid=f"GPU-{gpu.uuid}",
+                                           power_limit_mw=int(gpu.power_limit_w * 1e3),
+                                           mem_total=gpu.memory_bytes)])
+    mig = fake.FakeMig(name=gpu.name, uuid=f"MIG-{gpu.uuid}", mem_total=gpu.memory_bytes)
+    return fake.FakeNvml([fake.FakeGpu(name=gpu.slice_of, mig_mode=1, mig=[mig],
+                                       power_limit_mw=int(gpu.power_limit_w * 1e3))])
 
 
-def block(nbytes: int) -> int:
-    return 0 if nbytes <= 0 else max(MIN_BLOCK, MIN_BLOCK * math.ceil(nbytes / MIN_BLOCK))
+# ---- the CUDA caching allocator ---------------------------------------------------------
+
+# Its rules for the default settings (no expandable segments, max_split_size or
+# roundup_power2_divisions). The constants are those of the pinned torch 2.14.1's own header,
+# torch/include/c10/core/AllocatorConfig.h (lines 16-25; the large segment, 20 MiB by default,
+# is `large_segment_size_` at line 340); the functions are those of
+# c10/cuda/CUDACachingAllocator.cpp (pytorch/pytorch, read at 001074d: round_size,
+# get_pool, get_allocation_size, get_free_block, should_split, alloc_found_block, free_block,
+# release_cached_blocks):
+#   kMinBlockSize = 512        round_size(): every request rounded up to a multiple of 512 B
+#   kSmallSize = 1 MiB         get_pool(): a rounded request <= 1 MiB takes the small pool
+#   kSmallBuffer = 2 MiB       get_allocation_size(): a small-pool segment is 2 MiB
+#   kLargeBuffer = 20 MiB      ... a large request under kMinLargeAlloc gets a 20 MiB segment
+#   kMinLargeAlloc = 10 MiB
+#   kRoundLarge = 2 MiB        ... a larger one its size rounded up to 2 MiB
+#   get_free_block(): the smallest free block of the pool that fits (pool.blocks.lower_bound)
+#   should_split(): split off the rest when it is >= kMinBlockSize (small pool) or
+#                   > kSmallSize (large pool); else the whole block is handed out
+#   alloc_found_block(): allocated_bytes (memory_allocated) and the profiler's record count
+#                        the block's size; free() and free_block(): the same size back, and
+#                        a freed block merges with the free blocks beside it in its segment
+#   release_cached_blocks() (empty_cache): cudaFree every segment wholly free
+MIN_BLOCK = 512
+SMALL_SIZE = 1 << 20
+SMALL_BUFFER = 2 << 20
+LARGE_BUFFER = 20 << 20
+MIN_LARGE_ALLOC = 10 << 20
+ROUND_LARGE = 2 << 20
+
+
+def round_size(nbytes: int) -> int:
+    return max(MIN_BLOCK, MIN_BLOCK * math.ceil(nbytes / MIN_BLOCK))
+
+
+def small_pool(size: int) -> bool:
+    return size <= SMALL_SIZE
+
+
+def segment_size(size: int) -> int:
+    if small_pool(size):
+        return SMALL_BUFFER
+    if size < MIN_LARGE_ALLOC:
+        return LARGE_BUFFER
+    return ROUND_LARGE * math.ceil(size / ROUND_LARGE)
+
+
+def should_split(small: bool, remaining: int) -> bool:
+    return remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE
+
+
+@dataclass
+class Block:
+    segment: int
+    offset: int
+    size: int
+    small: bool
+    free: bool = True
+
+
+class CachingAllocator:
+    """Segments and blocks as the caching allocator keeps them, by its rules above."""
+
+    def __init__(self) -> None:
+        self.segments: dict[int, list[Block]] = {}  # segment -> its blocks by offset
+        self._next = 0
+
+    def malloc(self, nbytes: int) -> Block:
+        size = round_size(nbytes)
+        small = small_pool(size)
+        fits = [b for blocks in self.segments.values() for b in blocks
+                if b.free and b.small == small and b.size >= size]
+        if fits:
+            block = min(fits, key=lambda b: (b.size, b.segment, b.offset))
+        else:
+            block = Block(self._next, 0, segment_size(size), small)
+            self.segments[self._next] = [block]
+            self._next += 1
+        if should_split(small, block.size - size):
+            blocks = self.segments[block.segment]
+            rest = Block(block.segment, block.offset + size, block.size - size, small)
+            blocks.insert(blocks.index(block) + 1, rest)
+            block.size = size
+        block.free = False
+        return block
+
+    def free(self, block: Block) -> None:
+        block.free = True
+        blocks = self.segments[block.segment]
+        i = blocks.index(block)
+        if i + 1 < len(blocks) and blocks[i + 1].free:
+            block.size += blocks.pop(i + 1).size
+        if i > 0 and blocks[i - 1].free:
+            blocks[i - 1].size += blocks.pop(i).size
+
+    def empty_cache(self) -> None:
+        for seg in [k for k, blocks in self.segments.items()
+                    if len(blocks) == 1 and blocks[0].free]:
+            del self.segments[seg]
+
+    @property
+    def reserved(self) -> int:
+        return sum(b.size for blocks in self.segments.values() for b in blocks)
 
 
 def _is_cuda(d: Any) -> bool:
@@ -89,15 +226,25 @@ def _cpu(d: Any) -> Any:
     return "cpu" if _is_cuda(d) or (isinstance(d, int) and not isinstance(d, bool)) else d
 
 
+# how soon after the tensor on a storage dies the host's profiler records the storage's free
+FREE_LAG_NS = 5_000_000
+
+
 class Allocator:
     """The caching allocator's statistics, counted from the storages ops make (dispatch
-    mode). `reported` scales what it reports (1.0: the true blocks), so that a test can make
-    it report wrong bytes."""
+    mode), each storage in the block the caching allocator's rules give it. `reported` scales
+    what it reports (1.0: the true blocks), so that a test can make it report wrong bytes.
+    Every allocation is logged (when, where on the host, its bytes and its block), so that
+    the profilers' records of the host's allocations can carry the blocks (`blocks_for`)."""
 
     def __init__(self) -> None:
-        self.live: dict[int, list[int]] = {}  # storage address -> [block bytes, tensors on it]
-        self.allocated = self.peak = self.reserved = 0
+        self.blocks = CachingAllocator()
+        self.live: dict[int, list[Any]] = {}  # address -> [block, tensors on it, host bytes]
+        self.allocated = self.peak = 0
         self.reported = 1.0
+        # (host address, host bytes) -> [(when, block bytes)] of each storage allocated there
+        self.allocations: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        self.freed: list[tuple[int, int, int]] = []  # (when, host bytes, block bytes)
         self.mode: Any = None
 
     def track(self, t: Any) -> None:
@@ -107,18 +254,84 @@ class Allocator:
             return
         entry = self.live.get(key)
         if entry is None:
-            entry = self.live[key] = [block(s.nbytes()), 0]
-            self.allocated += entry[0]
+            block = self.blocks.malloc(s.nbytes())
+            entry = self.live[key] = [block, 0, s.nbytes()]
+            self.allocated += block.size
             self.peak = max(self.peak, self.allocated)
-            self.reserved = max(self.reserved, self.allocated)
+            self.allocations.setdefault((key, s.nbytes()), []).append(
+                (time.time_ns(), block.size))
         entry[1] += 1
         weakref.finalize(t, self._release, key, entry)
 
-    def _release(self, key: int, entry: list[int]) -> None:
+    def _release(self, key: int, entry: list[Any]) -> None:
         entry[1] -= 1
         if entry[1] == 0 and self.live.get(key) is entry:
             del self.live[key]
-            self.allocated -= entry[0]
+            block, _, nbytes = entry
+            self.allocated -= block.size
+            self.freed.append((time.time_ns(), nbytes, block.size))
+            self.blocks.free(block)  # merges: the block may grow into its free neighbours
+
+    def blocks_for(self, records: list[tuple[int, int, int | None]]) -> list[int]:
+        """The signed block of each of a profiler's memory records of the host's allocations
+        ((when, signed host bytes, host address or None where the profiler keeps none), in
+        any order). A record of an allocation or free the dispatch mode never saw (a
+        temporary inside an op) takes its bytes rounded to 512 B, so that the two cancel.
+
+        With addresses (the Kineto profilers): an allocation takes the block of the storage
+        the dispatch mode saw allocated at its address and of its bytes within its lifetime
+        (from the record to the next free record of its address), and that free the same
+        block, negative. Without (the legacy profiler): each storage the dispatch mode saw
+        allocated takes the last allocation record of its bytes before it was seen, and each
+        it saw freed the first free record of its bytes after (within FREE_LAG_NS)."""
+        out = [-round_size(-n) if n < 0 else round_size(n) for _, n, _ in records]
+        order = sorted(range(len(records)), key=lambda i: records[i][0])
+        if any(ptr is None for _, _, ptr in records):
+            self._by_time(records, order, out)
+        else:
+            self._by_address(records, order, out)
+        return [int(v * self.reported) for v in out]
+
+    def _by_address(self, records, order, out) -> None:
+        waiting: dict[tuple[int | None, int], list[int]] = {}
+        free_of: dict[int, int] = {}
+        for i in order:  # each allocation's free: the next free record of its address
+            _, n, ptr = records[i]
+            if n > 0:
+                waiting.setdefault((ptr, n), []).append(i)
+            elif waiting.get((ptr, -n)):
+                free_of[waiting[(ptr, -n)].pop(0)] = i
+        taken: set[tuple[int, int, int]] = set()
+        for i in order:
+            when, n, ptr = records[i]
+            if n <= 0:
+                continue
+            end = records[free_of[i]][0] if i in free_of else math.inf
+            found = next((a for a in self.allocations.get((ptr, n), ())
+                          if when <= a[0] <= end and (ptr, n, a[0]) not in taken), None)
+            if found is not None:
+                taken.add((ptr, n, found[0]))
+                out[i] = found[1]
+                if i in free_of:
+                    out[free_of[i]] = -found[1]
+
+    def _by_time(self, records, order, out) -> None:
+        start, end = (records[order[0]][0], records[order[-1]][0]) if order else (0, 0)
+        seen = sorted((at, n, size) for (_, n), allocs in self.allocations.items()
+                      for at, size in allocs if start <= at)
+        free = set(order)
+        for at, n, size in seen:  # the last allocation record of its bytes before it
+            i = next((i for i in reversed(order) if i in free and records[i][1] == n
+                      and records[i][0] <= at), None)
+            if i is not None:
+                free.discard(i)
+                out[i] = size
+        for gone, n, size in sorted(f for f in self.freed if start <= f[0] <= end):
+            i = next((i for i in order if i in free and records[i][1] == -n
+                      and gone <= records[i][0] <= gone + FREE_LAG_NS), None)
+            if i is not None:
+                free.discard(i)
+                out[i] = -size
 
     def memory_allocated(self, device: Any = None) -> int:
         return int(self.allocated * self.reported)
@@ -130,10 +343,10 @@ class Allocator:
         self.peak = self.allocated
 
     def memory_reserved(self, device: Any = None) -> int:
-        return int(self.reserved * self.reported)
+        return int(self.blocks.reserved * self.reported)
 
     def empty_cache(self) -> None:
-        self.reserved = self.allocated
+        self.blocks.empty_cache()
 
     def memory_stats(self, device: Any = None) -> dict[str, int]:
         return {"allocated_bytes.all.current": self.memory_allocated(),
@@ -209,17 +422,17 @@ class _Wrapped:
         self._wrapped = wrapped
         self._allocator = allocator
 
-    def _blocks(self, nbytes: int) -> int:
-        """An allocation (+) or free (-) of the host's `nbytes` as the stand-in GPU's."""
-        return int(math.copysign(block(abs(nbytes)), nbytes) * self._allocator.reported)
-
     def __getattr__(self, name: str) -> Any:
         return getattr(self._wrapped, name)
 
 
 class _DeviceMemoryRecord(_Wrapped):
     """A Kineto memory record of the CPU allocator as the caching allocator would make it: on
-    the CUDA device, in its blocks (`reported` scales it, as the Allocator's)."""
+    the CUDA device, of its block (`size`, signed: `BlockMatcher`)."""
+
+    def __init__(self, wrapped: Any, allocator: Allocator, size: int) -> None:
+        super().__init__(wrapped, allocator)
+        self._size = size
 
     def device_type(self) -> Any:
         from torch.autograd import DeviceType
@@ -227,7 +440,7 @@ class _DeviceMemoryRecord(_Wrapped):
         return DeviceType.CUDA
 
     def nbytes(self) -> int:
-        return self._blocks(self._wrapped.nbytes())
+        return self._size
 
 
 class Spins:
@@ -298,13 +511,34 @@ class _DeviceMemoryResult(_Wrapped):
     def __init__(self, wrapped: Any, allocator: Allocator, spins: Spins) -> None:
         super().__init__(wrapped, allocator)
         self._spins = spins
+        self._events: list | None = None
 
     def events(self) -> list:
+        if self._events is None:
+            self._events = self._device_events()
+        return self._events
+
+    def _device_events(self) -> list:
+        from torch._C._profiler import _EventType
         from torch.autograd import DeviceType
 
-        host = [_DeviceMemoryRecord(e, self._allocator)
-                if e.name() == "[memory]" and e.device_type() == DeviceType.CPU else e
-                for e in self._wrapped.events()]
+        raw = self._wrapped.events()
+        memory = [e for e in raw if e.name() == "[memory]" and e.device_type() == DeviceType.CPU]
+        # the host address of each record, from the profiler's event tree (its allocation
+        # nodes carry it; the events do not)
+        address, stack = {}, list(self._wrapped.experimental_event_tree())
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children)
+            if node.tag == _EventType.Allocation:
+                f = node.extra_fields
+                address[node.start_time_ns, f.alloc_size] = f.ptr
+        sizes = self._allocator.blocks_for([(e.start_ns(), e.nbytes(),
+                                             address.get((e.start_ns(), e.nbytes())))
+                                            for e in memory])
+        size = {id(e): b for e, b in zip(memory, sizes, strict=True)}
+        host = [_DeviceMemoryRecord(e, self._allocator, size[id(e)]) if id(e) in size else e
+                for e in raw]
         spans = self._spins.since(self._wrapped.trace_start_ns())
         if not host or not spans:
             return host
@@ -315,13 +549,18 @@ class _DeviceMemoryResult(_Wrapped):
 
 
 class _DeviceMemoryLegacyRecord(_Wrapped):
-    """A legacy profiler's allocation record of the host as the stand-in GPU's, in blocks."""
+    """A legacy profiler's allocation record of the host as the stand-in GPU's: of its block
+    (`size`, signed)."""
+
+    def __init__(self, wrapped: Any, allocator: Allocator, size: int) -> None:
+        super().__init__(wrapped, allocator)
+        self._size = size
 
     def cpu_memory_usage(self) -> int:
         return 0
 
     def cuda_memory_usage(self) -> int:
-        return self._blocks(self._wrapped.cpu_memory_usage())
+        return self._size
 
 
 class _LegacySpinRecord(_Wrapped):
@@ -372,7 +611,10 @@ def _profiler_stand_ins(allocator: Allocator, spins: Spins, patch: Setter) -> No
         def at_ns(r: Any) -> int:
             return started_ns[0] + round(start.cpu_elapsed_us(r) * 1e3)
 
-        return [[_DeviceMemoryLegacyRecord(r, allocator) if r.kind() == "memory_alloc"
+        memory = [r for t in threads for r in t if r.kind() == "memory_alloc"]
+        sizes = allocator.blocks_for([(at_ns(r), r.cpu_memory_usage(), None) for r in memory])
+        size = {id(r): b for r, b in zip(memory, sizes, strict=True)}
+        return [[_DeviceMemoryLegacyRecord(r, allocator, size[id(r)]) if id(r) in size
                  else _LegacySpinRecord(r, allocator, spins, at_ns(r)) for r in thread]
                 for thread in threads]
 
@@ -458,13 +700,23 @@ def _scaler_class() -> type:
     return CudaScaler
 
 
+# The file that stands for the GPU's device file: every process that rehearses the GPU holds
+# it open, as a CUDA process holds /dev/nvidia0, so that telemetry tells this run's processes
+# from another's as on a GPU (harness/running/telemetry/gpu_processes.py).
+DEVICE_FILE = Path(tempfile.gettempdir()) / "trb-rehearsal-nvidia0"
+
+
 class Rehearsal:
     """The stand-ins for one GPU, installed with `patch`; `close()` leaves the modes."""
 
     def __init__(self, gpu: Gpu, patch: Setter = setattr):
         import torch
 
+        from harness.running.telemetry import gpu_processes
+
         self.gpu = gpu
+        self.device = open(DEVICE_FILE, "a")  # held while the rehearsal lasts
+        patch(gpu_processes, "DEVICE_FILE", re.compile(f"^{re.escape(str(DEVICE_FILE))}$"))
         self.allocator = Allocator()
         self.spins = Spins()
         self.synchronized = 0
@@ -530,6 +782,7 @@ class Rehearsal:
     def close(self) -> None:
         for m in reversed(self.modes):
             m.__exit__(None, None, None)
+        self.device.close()
 
 
 def install(family: str, patch: Setter = setattr) -> Rehearsal:

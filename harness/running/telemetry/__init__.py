@@ -6,11 +6,14 @@ measured in.
         ...
     s.summary(iterations=n)               # power, energy, clocks, throttling, validity, series
 
-Anything that cannot be read (no GPU, no NVML library, no permission, a MIG slice, a GPU lost
-mid-run, no RAPL, no CPU steal counter) is recorded as "unavailable: <reason>" and the run
-goes on. A case is invalid when the GPU throttled, another process used the GPU, other
-processes kept the host busy (on average, or for a second in a row), or the hypervisor stole
-more than 10% of CPU time (sampler.py).
+Anything that cannot be read (no GPU, no NVML library, no permission, a field a MIG slice does
+not report, a GPU lost mid-run, no RAPL, no CPU steal counter) is recorded as
+"unavailable: <reason>" and the run goes on. A case is invalid when the GPU slowed down for
+heat or by hardware, another process used the GPU (gpu_processes.py: a rule that holds in a
+container), other processes kept the host busy (on average, or for a second in a row), or the
+hypervisor stole more than 10% of CPU time (sampler.py). A power cap reached under load is
+the GPU's working state: recorded as context, and compared between the sides of a comparison
+(`limit_change`).
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ from typing import Any
 
 from harness.running.telemetry.host import HostReader
 from harness.running.telemetry.nvml import NvmlReader, decode_clocks_event_reasons
-from harness.running.telemetry.sampler import Sampler
+from harness.running.telemetry.sampler import Sampler, limit_change
 
-__all__ = ["Telemetry", "Sampler", "decode_clocks_event_reasons"]
+__all__ = ["Telemetry", "Sampler", "decode_clocks_event_reasons", "limit_change"]
 
 DEFAULT_INTERVAL_S = 0.1  # 10 Hz
 

@@ -122,6 +122,10 @@ class HostReader:
         """The CPUs this process may run on, as indices of psutil's per-CPU list."""
         return [c for c in self._allowed or () if c < count] or list(range(count))
 
+    def tree_pids(self) -> frozenset[int]:
+        """The pids of this process and its descendants at the last sample."""
+        return frozenset(self._tree) | {self.me.pid}
+
     def tree_rss(self) -> int:
         total = 0
         for p in self._tree.values():

@@ -8,8 +8,17 @@ from typing import Any
 
 import numpy as np
 
+from harness.running.telemetry import gpu_processes
 from harness.running.telemetry.host import HostReader
-from harness.running.telemetry.nvml import NvmlReader, throttling_reasons
+from harness.running.telemetry.nvml import NvmlReader, ReasonKind, reasons_of_kind
+
+
+def trapezoid_rule(numpy: Any) -> Any:
+    """The trapezoidal rule of a NumPy: np.trapezoid from 2.0, np.trapz (its name) before."""
+    return getattr(numpy, "trapezoid", None) or numpy.trapz
+
+
+_trapezoid = trapezoid_rule(np)
 
 # Other processes using more than this much CPU (percent of one core, on average) make a
 # timing on a 2-core machine untrustworthy.
@@ -92,7 +101,8 @@ class Sampler:
         self.host, self.nvml, self.interval_s = host, nvml, interval_s
         self.times: list[float] = []
         self.host_rows: list[dict[str, Any]] = []
-        self.gpu_rows: list[dict[int, dict[str, Any]]] = []
+        self.gpu_rows: list[dict[str, dict[str, Any]]] = []  # per sample: label -> row
+        self._devices = {d.label: d for d in nvml.devices} if nvml else {}
         self.errors: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -121,8 +131,13 @@ class Sampler:
     def _take(self) -> None:
         try:
             n = len(self.times)
+            host = self.host.sample()  # first: the GPU processes are judged against its tree
             gpus = self.nvml.sample(with_processes=n % PROCESS_EVERY == 0) if self.nvml else {}
-            self.host_rows.append(self.host.sample())
+            for row in gpus.values():
+                if row.get("processes") is not None:
+                    row["others"] = gpu_processes.others(row["processes"],
+                                                         self.host.tree_pids())
+            self.host_rows.append(host)
             self.gpu_rows.append(gpus)
             self.times.append(time.monotonic() - self._t0)
         except Exception as e:  # telemetry never ends a run
@@ -169,18 +184,18 @@ class Sampler:
         }
         if h and all("cpu_steal_s" in r for r in h):
             series["cpu_steal_pct"] = _series(_steal_series(h), max_points)
-        gpus = []
-        for idx in sorted({i for rows in self.gpu_rows for i in rows}):
-            gpu, gpu_series = self._gpu_summary(idx, iterations, invalid)
+        gpus, context = [], []
+        for label in dict.fromkeys(k for rows in self.gpu_rows for k in rows):
+            gpu, gpu_series = self._gpu_summary(label, iterations, invalid, context)
             gpus.append(gpu)
-            series.update({f"gpu{idx}.{k}": _series(v, max_points) for k, v in gpu_series.items()})
+            series.update({f"{label}.{k}": _series(v, max_points) for k, v in gpu_series.items()})
         unavailable = {**self.host.unavailable, **self.errors}
         if self.nvml is not None:
             if self.nvml.error:
                 unavailable["nvml"] = self.nvml.error
             unavailable.update(self.nvml.unavailable)
-            for idx in sorted(self.nvml.lost):
-                unavailable[f"gpu{idx}"] = "unavailable: GPU lost during the case"
+            for label in sorted(self.nvml.lost):
+                unavailable[label] = "unavailable: GPU lost during the case"
         return {
             "interval_s": self.interval_s,
             "duration_s": round(getattr(self, "duration_s", 0.0), 3),
@@ -191,12 +206,14 @@ class Sampler:
             "unavailable": unavailable,
             "valid": not invalid,
             "invalid_reasons": invalid,
+            "context": context,
             "series": series,
         }
 
-    def _gpu_summary(self, idx: int, iterations: int | None, invalid: list[str]):
-        rows = [r[idx] for r in self.gpu_rows if idx in r]
-        times = [t for t, r in zip(self.times, self.gpu_rows, strict=True) if idx in r]
+    def _gpu_summary(self, label: str, iterations: int | None, invalid: list[str],
+                     context: list[str]):
+        rows = [r[label] for r in self.gpu_rows if label in r]
+        times = [t for t, r in zip(self.times, self.gpu_rows, strict=True) if label in r]
         col = lambda k: [r.get(k) for r in rows]  # noqa: E731
         energy = [e for e in col("energy_j") if e is not None]
         power = col("power_w")
@@ -204,15 +221,17 @@ class Sampler:
             energy_j, method = energy[-1] - energy[0], "energy counter"
         elif sum(p is not None for p in power) >= 2:
             pts = [(t, p) for t, p in zip(times, power, strict=True) if p is not None]
-            energy_j = float(np.trapezoid([p for _, p in pts], [t for t, _ in pts]))
+            energy_j = float(_trapezoid([p for _, p in pts], [t for t, _ in pts]))
             method = "integrated power samples"
         else:
             energy_j, method = None, "unavailable"
-        seen = sorted({n for r in rows for n in (r.get("clocks_event_reasons") or [])})
-        pids = sorted({p for r in rows for p in (r.get("pids") or [])})
-        others = [p for p in pids if not _is_ours(p)]
+        read = [r["clocks_event_reasons"] for r in rows if r.get("clocks_event_reasons")
+                is not None]
+        seen = sorted({n for names in read for n in names})
+        others = list(dict.fromkeys(o for r in rows for o in r.get("others") or ()))
         gpu = {
-            "index": idx,
+            "index": self._devices[label].index,
+            "label": label,
             "power_w_mean": _stat(power, np.mean),
             "power_w_max": _stat(power, np.max),
             "power_instant_w_max": _stat(col("power_instant_w"), np.max),
@@ -228,26 +247,45 @@ class Sampler:
             "utilization_mean_pct": _stat(col("utilization_pct"), np.mean),
             "memory_used_max_bytes": _stat(col("memory_used_bytes"), np.max),
             "clocks_event_reasons_seen": seen,
+            # the share of readings in which each reason was set: a power cap held through
+            # a heavy case reads near 1
+            "clocks_event_share": {n: round(sum(n in names for names in read) / len(read), 3)
+                                   for n in seen},
             "other_processes": others,
         }
-        if bad := throttling_reasons(seen):
-            invalid.append(f"gpu{idx} throttled: {', '.join(bad)}")
+        if slowed := reasons_of_kind(seen, ReasonKind.SLOWDOWN):
+            invalid.append(f"{label} throttled: {', '.join(slowed)}")
+        if limits := reasons_of_kind(seen, ReasonKind.LIMIT):
+            share = ", ".join(f"{n} in {gpu['clocks_event_share'][n]:.0%}" for n in limits)
+            context.append(f"{label} at a clock limit ({share} of readings; SM clock "
+                           f"{_whole(gpu['sm_clock_mhz_min'])}-{_whole(gpu['sm_clock_mhz_max'])}"
+                           f" MHz, power up to {_whole(gpu['power_w_max'])} W): its working "
+                           "state under load, recorded, not contention")
         if others:
-            pids = ", ".join(map(str, others))
-            invalid.append(f"gpu{idx} in use by another process (pid {pids})")
+            invalid.append(f"{label} in use by another process ({'; '.join(others)})")
         series = {k: col(k) for k in ("power_w", "sm_clock_mhz", "temperature_c",
                                       "utilization_pct", "memory_used_bytes")}
         return gpu, series
 
 
-def _is_ours(pid: int) -> bool:
-    """Whether `pid` is this process or one of its descendants (launcher workers)."""
-    import os
+def _whole(v: float | None) -> str:
+    return "?" if v is None else f"{v:.0f}"
 
-    import psutil
 
-    try:
-        p = psutil.Process(pid)
-        return pid == os.getpid() or any(a.pid == os.getpid() for a in p.parents())
-    except psutil.Error:
-        return False
+def limit_change(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str | None:
+    """Where two sides of a comparison ran their GPUs under different clock limits (a power
+    cap on one side only, say): what differs, or None. Their figures were measured at
+    different clocks, so a change between them is not the build's alone."""
+    def limits(tel: dict[str, Any] | None) -> dict[str, set[str]]:
+        return {g.get("label", f"gpu{g.get('index')}"):
+                set(reasons_of_kind(g.get("clocks_event_reasons_seen") or [], ReasonKind.LIMIT))
+                for g in (tel or {}).get("gpus") or ()}
+
+    la, lb = limits(a), limits(b)
+    diffs = []
+    for label in sorted(la.keys() & lb.keys()):
+        if only_a := sorted(la[label] - lb[label]):
+            diffs.append(f"{label} {', '.join(only_a)} in the baseline only")
+        if only_b := sorted(lb[label] - la[label]):
+            diffs.append(f"{label} {', '.join(only_b)} in the candidate only")
+    return ("GPU clock limits differ between the sides: " + "; ".join(diffs)) if diffs else None
