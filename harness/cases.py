@@ -24,11 +24,13 @@ that every profile declares the same names, and `list` and `run --dry-run` print
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import inspect
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -300,6 +302,23 @@ def _samples_of(x: Any) -> list[float]:
     return list(getattr(x, "times", x))
 
 
+def raised_in_torch(e: BaseException) -> str | None:
+    """Where in torch's Python code `e` was raised (`amp/grad_scaler.py:476`), or None when
+    the innermost frame of its traceback is not torch's (the harness's, or a test's)."""
+    import torch
+
+    tb = e.__traceback__
+    if tb is None:
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    root = os.path.dirname(os.path.realpath(torch.__file__))
+    where = os.path.realpath(tb.tb_frame.f_code.co_filename)
+    if os.path.commonpath([root, where]) != root:
+        return None
+    return f"{os.path.relpath(where, root)}:{tb.tb_lineno}"
+
+
 @dataclass
 class Context:
     """What a case receives: where and how to run, and where to put what it found."""
@@ -355,6 +374,22 @@ class Context:
         """
         self.checks.append(Check(name, bool(passed), detail, performance))
         return bool(passed)
+
+    @contextlib.contextmanager
+    def exercising(self, behaviour: str) -> Iterator[None]:
+        """A block that exercises one documented behaviour as its documentation shows it. An
+        exception that torch raises in the block (the innermost frame of its traceback is
+        torch's) is that behaviour failing: the failed check `behaviour`, with what torch
+        raised and where, and the case goes on to its other behaviours. An exception the
+        harness's own code raises is not caught: the case errors, as a bug in it should."""
+        try:
+            yield
+        except Exception as e:
+            where = raised_in_torch(e)
+            if where is None:
+                raise
+            self.check(behaviour, False,
+                       f"torch raised {type(e).__name__}: {str(e)[:200]} (at {where})")
 
     def check_within(self, name: str, samples: Sequence[float], limit: float,
                      fmt: Callable[[float], str] = "{:.3g}".format) -> stats.Within:

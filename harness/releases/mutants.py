@@ -167,9 +167,16 @@ def body_lines(source: str) -> set[int]:
     """The lines inside function bodies: what runs when a function is called, not when the
     module is imported."""
     lines: set[int] = set()
+    text = source.splitlines()
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            lines.update(range(node.body[0].lineno, (node.end_lineno or node.lineno) + 1))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0]
+            start = first.lineno
+            # a body on the header's own line (`def f(x) -> int: ...`, an overload's stub)
+            # is run by the definition, not by a call
+            if text[start - 1][:first.col_offset].strip():
+                start += 1
+            lines.update(range(start, (node.end_lineno or node.lineno) + 1))
     return lines
 
 
@@ -483,6 +490,7 @@ class CaseRun:
     status: str
     failing: tuple[str, ...] = ()
     lines: tuple[int, ...] = ()
+    seconds: float = 0.0  # the clean run's, under coverage: which case to run first
 
 
 def run_cases_argv(suite: str, cases: Iterable[str], out: Path) -> list[str]:
@@ -552,7 +560,7 @@ def survey_cases(env: Env, target: Target, suite: str, cases: Sequence[str], tim
                                f"{_last_line(ran.tail)}")
         for r in results:
             found[r.key] = CaseRun(str(r.outcome), tuple(c.name for c in r.checks if c.failed),
-                                   tuple(sorted(lines)))
+                                   tuple(sorted(lines)), round(r.elapsed_s, 1))
         log(f"  {suite}/{case}: {len(lines)} lines of torch/{target.path}, "
             f"{', '.join(sorted({str(r.outcome) for r in results}))}, {ran.seconds:.0f} s")
         shutil.rmtree(folder, ignore_errors=True)
@@ -561,30 +569,46 @@ def survey_cases(env: Env, target: Target, suite: str, cases: Sequence[str], tim
 
 def judge_by_suite(env: Env, suite: str, cases: dict[str, CaseRun], timeout_s: float,
                    scratch: Path) -> Judgement:
-    """Run the cases (by result key) on the mutant, and compare with their clean runs."""
-    names = sorted({records.CaseKey.parse(k).case for k in cases})
-    with tempfile.TemporaryDirectory(dir=scratch) as tmp:
-        ran = run_in(env, run_cases_argv(suite, names, Path(tmp)), timeout_s)
-        results = read_results(Path(tmp))
-    judges = tuple(f"{suite}/{n}" for n in names)
-    if ran.status is None:
-        return Judgement(Fate.TIMEOUT, (f"ran past {timeout_s:g} s",), judges, ran.seconds)
-    if results is None:
-        return Judgement(Fate.ERROR, (f"no run record: {_last_line(ran.tail)}",), judges,
-                         ran.seconds)
-    failed, broke = [], []
-    seen = {r.key for r in results}
-    for r in results:
-        clean = cases.get(r.key)
-        if clean is None:
+    """Run the cases (by result key) on the mutant, one case (all its parameter sets) per
+    process, the quickest first, and compare each with its clean run; stop at the first case
+    where a check fails that passes on the clean run (the mutant's fate is then known; an
+    error goes on to the next case, whose check may yet say what broke)."""
+    by_case: dict[str, dict[str, CaseRun]] = {}
+    for key, run in cases.items():
+        by_case.setdefault(records.CaseKey.parse(key).case, {})[key] = run
+    order = sorted(by_case, key=lambda c: sum(r.seconds for r in by_case[c].values()))
+    failed: list[str] = []
+    broke: list[str] = []
+    judges: list[str] = []
+    timed_out, seconds = False, 0.0
+    for name in order:
+        judges.append(f"{suite}/{name}")
+        with tempfile.TemporaryDirectory(dir=scratch) as tmp:
+            ran = run_in(env, run_cases_argv(suite, [name], Path(tmp)), timeout_s)
+            results = read_results(Path(tmp))
+        seconds += ran.seconds
+        if ran.status is None:
+            timed_out = True
+            broke.append(f"{suite}/{name}: ran past {timeout_s:g} s")
             continue
-        failed += [f"{r.case_id}: {c.name}" for c in r.checks
-                   if c.failed and c.name not in clean.failing]
-        if str(r.outcome) != clean.status:
-            broke.append(f"{r.case_id}: {r.outcome}: {r.reason}"[:300])
-    broke += [f"{k}: did not run" for k in cases if k not in seen]
-    fate = Fate.CHECK if failed else Fate.ERROR if broke else Fate.SURVIVED
-    return Judgement(fate, tuple(dict.fromkeys(failed or broke)), judges, ran.seconds)
+        if results is None:
+            broke.append(f"{suite}/{name}: no run record: {_last_line(ran.tail)}")
+            continue
+        seen = {r.key for r in results}
+        for r in results:
+            clean = by_case[name].get(r.key)
+            if clean is None:
+                continue
+            failed += [f"{r.case_id}: {c.name}" for c in r.checks
+                       if c.failed and c.name not in clean.failing]
+            if str(r.outcome) != clean.status:
+                broke.append(f"{r.case_id}: {r.outcome}: {r.reason}"[:300])
+        broke += [f"{k}: did not run" for k in by_case[name] if k not in seen]
+        if failed:
+            break
+    fate = (Fate.CHECK if failed else Fate.TIMEOUT if timed_out else
+            Fate.ERROR if broke else Fate.SURVIVED)
+    return Judgement(fate, tuple(dict.fromkeys(failed or broke)), tuple(judges), seconds)
 
 
 # ---------------------------------------------------------------- PyTorch's tests as judge
@@ -700,7 +724,8 @@ class Record:
             raise MutantsError("not a mutants record")
         t = d.pop("target")
         return cls(target=Target(t["path"], tuple(t["within"])),
-                   cases={k: CaseRun(v["status"], tuple(v["failing"]), tuple(v["lines"]))
+                   cases={k: CaseRun(**{**v, "failing": tuple(v["failing"]),
+                                           "lines": tuple(v["lines"])})
                           for k, v in d.pop("cases").items()},
                    tests={k: TestRun(tuple(v["lines"])) for k, v in d.pop("tests").items()},
                    test_groups=tuple(d.pop("test_groups")), **d)
@@ -780,6 +805,7 @@ def campaign(plan: Plan, env: Env, log: Callable[[str], None] = print) -> Record
     todo = [n for n in wanted if _needs_judging(record, n, plan)]
     log(f"torch/{plan.target.path}: {record.mutants} mutants, {len(record.reached)} on reached "
         f"lines, {len(wanted)} to judge, {len(todo)} not judged yet")
+    commit = project_commit(plan.out)
     t0, done = time.monotonic(), 0
     for i, name in enumerate(todo, 1):
         if plan.max_minutes is not None and time.monotonic() - t0 > 60 * plan.max_minutes:
@@ -787,7 +813,7 @@ def campaign(plan: Plan, env: Env, log: Callable[[str], None] = print) -> Record
                 "same command goes on from here")
             break
         mutant = by_name[name]
-        entry = _judge(plan, env, record, mutant, source, scratch)
+        entry = _judge(plan, env, record, mutant, source, scratch, commit)
         if name in record.judged:  # judged again (--again): the earlier verdicts are kept
             before = record.judged[name]
             entry["earlier"] = [*before.get("earlier", []), before["suite"]]
@@ -804,6 +830,19 @@ def campaign(plan: Plan, env: Env, log: Callable[[str], None] = print) -> Record
                         for judge, j in entry.items() if judge in ("suite", "torch_tests"))
             + f"  ({60 * done / elapsed:.1f}/min, about {left / 60:.0f} min left)")
     return record
+
+
+def project_commit(out: Path) -> str:
+    """The checkout's commit, short, with "+" when its tracked files differ from it outside
+    the records' folder `out` (the checks that judged are then not exactly the commit's)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+
+    folder = out.resolve()
+    exclude = [f":!{folder.relative_to(ROOT)}"] if folder.is_relative_to(ROOT) else []
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", *exclude)
+    return git("rev-parse", "--short=7", "HEAD") + ("+" if changed else "")
 
 
 def _needs_judging(record: Record, name: str, plan: Plan) -> bool:
@@ -870,12 +909,9 @@ def _env_torch(env: Env) -> str:
 
 
 def _judge(plan: Plan, env: Env, record: Record, mutant: Mutant, source: str,
-           scratch: Path) -> dict[str, Any]:
+           scratch: Path, commit: str) -> dict[str, Any]:
     """Judge one mutant by the suite (and PyTorch's tests), the module put back after,
     whatever happens."""
-    from harness.running import machine
-
-    commit = (machine.fingerprint().get("project") or {}).get("commit", "")[:7]
     code = mutated_source(source, mutant)
     entry: dict[str, Any] = {"line": mutant.first_line, "last_line": mutant.last_line,
                              "function": mutant.function, "diff": diff(source, code)}
@@ -885,7 +921,8 @@ def _judge(plan: Plan, env: Env, record: Record, mutant: Mutant, source: str,
         env.write_mutant(plan.target, code)
         j = judge_by_suite(env, plan.suite, cases, plan.timeout_s, scratch)
         entry["suite"] = replace(j, seconds=round(j.seconds, 1), commit=commit).to_json()
-        if record.tests:
+        # PyTorch's tests are the same whatever the suite's checks: judged once
+        if record.tests and "torch_tests" not in record.judged.get(mutant.name, {}):
             tests = judges_of(mutant, record.tests, record.tests) or list(record.tests)
             t = judge_by_tests(env, tests, plan.timeout_s)
             entry["torch_tests"] = replace(t, seconds=round(t.seconds, 1),

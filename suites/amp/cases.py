@@ -200,12 +200,18 @@ def autocast_op_lists(ctx: Context) -> None:
 def grad_scaler(ctx: Context) -> None:
     """GradScaler skips inf/NaN steps, backs off, grows and round-trips, as documented.
 
-    Also: a second unscale_ raises and enabled=False passes through; parameters are compared
-    with an fp32 control that has no scaler."""
-    if not gradscaler.check_scales(ctx, ctx.device):
+    Also: a second unscale_ raises, unscale_'s clipping example steps as fp32 does, two
+    optimizers each decide to skip, scale() takes a list or tuple, and enabled=False passes
+    through; parameters are compared with an fp32 control that has no scaler. torch raising
+    while a behaviour is exercised fails that behaviour's check (`Context.exercising`)."""
+    engaged = False
+    with ctx.exercising("scale() multiplies the loss by the scale"):
+        engaged = gradscaler.check_scales(ctx, ctx.device)
+    if not engaged:
         return
-    for check in gradscaler.CHECKS:
-        check(ctx, ctx.device)
+    for behaviour, check in gradscaler.CHECKS:
+        with ctx.exercising(behaviour):
+            check(ctx, ctx.device)
 
 
 @suite.conformance()
