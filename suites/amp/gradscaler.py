@@ -181,7 +181,9 @@ def check_growth(ctx: Context, device: str) -> None:
               f"scales after the skip and 3 clean steps {seen}, expected {want}")
 
 
-def check_unscale(ctx: Context, device: str) -> None:
+def unscaled_backward(device: str) -> tuple[Rig, Rig, torch.amp.GradScaler]:
+    """A rig after a scaled backward and unscale_, its scaler, and an fp32 control after the
+    same backward unscaled."""
     rig = Rig(device)
     control = rig.clone()
     s = scaler(device)
@@ -190,6 +192,11 @@ def check_unscale(ctx: Context, device: str) -> None:
     s.unscale_(rig.optimizer)
     control.optimizer.zero_grad(set_to_none=True)
     control.loss("clean0").backward()
+    return rig, control, s
+
+
+def check_unscale(ctx: Context, device: str) -> None:
+    rig, control, s = unscaled_backward(device)
     grads = [p.grad.clone() for p in rig.model.parameters()]
     want = [p.grad.clone() for p in control.model.parameters()]
     ctx.check("unscale_ gives the fp32 control's gradients", params_equal(grads, want),
@@ -246,17 +253,10 @@ def check_unscale_then_step(ctx: Context, device: str) -> None:
     The step equals an fp32 control clipped the same way (unscale_ gives its gradients
     bitwise), and the optimizer steps once."""
     max_norm = 0.05  # below the gradients' norm, so that clipping changes them
-    rig = Rig(device)
-    control = rig.clone()
-    s = scaler(device)
-    rig.optimizer.zero_grad(set_to_none=True)
-    s.scale(rig.loss("clean0")).backward()
-    s.unscale_(rig.optimizer)
+    rig, control, s = unscaled_backward(device)
     torch.nn.utils.clip_grad_norm_(rig.model.parameters(), max_norm)
     s.step(rig.optimizer)
     s.update()
-    control.optimizer.zero_grad(set_to_none=True)
-    control.loss("clean0").backward()
     norm = torch.nn.utils.clip_grad_norm_(control.model.parameters(), max_norm)
     control.optimizer.step()
     ctx.check("unscale_, clip, step() and update() equal the fp32 control",
