@@ -49,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tests-sample", type=_positive_int, default=8, metavar="N",
                         help="PyTorch's tests sampled per group with the same seed, before "
                              "those that do not run here are dropped (default: 8)")
-    parser.add_argument("--timeout", type=common.positive_float, default=600.0, metavar="S",
-                        help="time limit of one judge's run on one mutant (default: 600 s)")
+    parser.add_argument("--timeout", type=common.positive_float, default=300.0, metavar="S",
+                        help="time limit of one case's, or one test's, run on one mutant "
+                             "(default: 300 s)")
     parser.add_argument("--max-minutes", type=common.positive_float, metavar="M",
                         help="stop after the mutant being judged once M minutes have passed; "
                              "the same command goes on from there")
