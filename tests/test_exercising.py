@@ -3,10 +3,13 @@ behaviour's check failing, the case going on; the harness's own exception still 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from harness.cases import Context, raised_in_torch
+from harness.running import launch
 
 
 def test_an_exception_torch_raises_fails_the_behaviours_check_and_the_case_goes_on():
@@ -37,3 +40,29 @@ def test_where_torch_raised_is_its_innermost_frame():
         raise ValueError("here")
     except ValueError as e:
         assert raised_in_torch(e) is None
+
+
+def _worker_raised(last_file: str) -> launch.LaunchError:
+    sent = ('Traceback (most recent call last):\n'
+            '  File "/somewhere/suites/ddp_rpc/workers.py", line 10, in hybrid_worker\n'
+            '    rpc.shutdown()\n'
+            f'  File "{last_file}", line 42, in shutdown\n'
+            '    raise RuntimeError("boom")\n'
+            'RuntimeError: boom\n')
+    return launch.LaunchError([launch.WorkerFailure(1, "exception", "raised RuntimeError: boom",
+                                                    sent)], label="hybrid")
+
+
+def test_a_worker_that_torch_raised_in_fails_the_behaviours_check():
+    in_torch = f"{Path(torch.__file__).parent}/distributed/rpc/api.py"
+    assert raised_in_torch(_worker_raised(in_torch)) == "distributed/rpc/api.py:42"
+    ctx = Context(device="cpu", profile="quick", params={})
+    with ctx.exercising("the hybrid trains to the end"):
+        raise _worker_raised(in_torch)
+    (check,) = ctx.checks
+    assert not check.passed
+    assert check.detail == ("hybrid rank 1 raised RuntimeError: boom "
+                            "(at distributed/rpc/api.py:42)")
+    # a worker that failed in the harness's own code is an error of the case
+    with pytest.raises(launch.LaunchError), ctx.exercising("the hybrid trains to the end"):
+        raise _worker_raised("/somewhere/suites/ddp_rpc/workers.py")
