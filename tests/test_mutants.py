@@ -94,9 +94,20 @@ def test_judgements_round_trip():
 
 
 def test_a_test_that_asserts_is_a_kill_by_a_check_and_a_crash_an_error():
-    ran = mutants.Ran(1, ("Traceback", "AssertionError: Tensor-likes are not equal!"), 1.0)
-    assert mutants.test_verdict(ran) is Fate.CHECK
-    assert mutants.test_verdict(mutants.Ran(1, ("TypeError: x",), 1.0)) is Fate.ERROR
+    def ran(*frames_then_error: str) -> mutants.Ran:
+        return mutants.Ran(1, ("Traceback (most recent call last):", *frames_then_error), 1.0)
+
+    asserted = ran('  File "/x/torch/testing/_internal/distributed/rpc/rpc_test.py", line 9, '
+                   'in test_add', '    self.assertEqual(a, b)',
+                   '  File "/x/torch/testing/_internal/common_utils.py", line 4, in assertEqual',
+                   "AssertionError: Tensor-likes are not equal!")
+    assert mutants.test_verdict(asserted) is Fate.CHECK
+    # torch's own assert in the library stops the test as any exception does
+    torch_asserted = ran('  File "/x/torch/amp/autocast_mode.py", line 251, in __init__',
+                         "AssertionError: Tried to use AMP with the `privateuseone` backend")
+    assert mutants.test_verdict(torch_asserted) is Fate.ERROR
+    assert mutants.test_verdict(ran('  File "/x/torch/amp/autocast_mode.py", line 2, in f',
+                                    "TypeError: x")) is Fate.ERROR
     assert mutants.test_verdict(mutants.Ran(None, (), 9.0)) is Fate.TIMEOUT
     assert mutants.test_verdict(mutants.Ran(0, ("OK",), 1.0)) is None
 

@@ -636,14 +636,28 @@ def test_argv(test: str) -> list[str]:
     return ["-m", TESTS_MODULE, "--run", test]
 
 
+# where a test's own assertion is raised: the test's code (torch/testing/_internal, this
+# project's driver of it) or unittest's assert methods; an AssertionError raised anywhere else
+# is torch's own assert in the library, which stops the test as any exception would
+TEST_CODE = re.compile(r"/torch/testing/_internal/|/unittest/|/harness/releases/torch_tests\.py")
+FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+')
+
+
 def test_verdict(ran: Ran) -> Fate | None:
-    """A test's run: None when it passed; CHECK when an assertion failed (in the test or
-    in one of its worker processes), ERROR for anything else it raised or a crash."""
+    """A test's run: None when it passed; CHECK when one of the test's own assertions failed
+    (in the test or in one of its worker processes: the frame that raised the AssertionError
+    is the test's), ERROR for anything else it raised, or a crash."""
     if ran.status is None:
         return Fate.TIMEOUT
     if ran.status == 0:
         return None
-    return Fate.CHECK if any("AssertionError" in ln for ln in ran.tail) else Fate.ERROR
+    last_frame = ""
+    for line in ran.tail:
+        if m := FRAME.match(line):
+            last_frame = m["file"]
+        elif line.lstrip().startswith("AssertionError") and TEST_CODE.search(last_frame):
+            return Fate.CHECK
+    return Fate.ERROR
 
 
 def survey_tests(env: Env, target: Target, tests: Sequence[str], timeout_s: float,

@@ -439,6 +439,32 @@ def test_torch_raising_while_a_behaviour_is_exercised_fails_its_check(monkeypatc
     assert re.search(r"\(at amp/grad_scaler\.py:\d+\)$", detail), detail
 
 
+def lists_cannot_be_built() -> None:
+    """torch.randn refuses its arguments, so that building PyTorch's lists raises in torch's
+    own code (torch/testing/_internal/autocast_test_lists.py) in the worker."""
+    torch.randn = "no randn".__str__
+
+
+def test_autocast_raising_is_autocast_not_engaging(monkeypatch):
+    """Whatever torch raises when autocast is entered, the op lists fail as autocast not
+    engaging, and the parity case fails each mode's engagement check, rather than erroring."""
+    monkeypatch.setattr(torch._C, "_get_privateuse1_backend_name", "cpu".__str__)
+    lists = run_op_lists("cpu", "bfloat16")
+    assert lists.outcome == "fail", lists.reason
+    assert "autocast did not engage: raises AssertionError: Tried to use AMP" in lists.reason
+    parity = run("accuracy_parity")
+    assert parity.outcome == "fail", parity.reason
+    assert set(failed(parity)) == {f"{m}: autocast engaged" for m in cases.AMP_MODES["cpu"]}
+
+
+def test_the_lists_check_fails_when_torch_raises_in_their_worker():
+    entry = run_op_lists("cpu", "bfloat16", setup=lists_cannot_be_built)
+    assert entry.outcome == "fail", entry.reason
+    assert list(failed(entry)) == ["the lists run to the end in their worker"]
+    detail = failed(entry)["the lists run to the end in their worker"]
+    assert "(at testing/_internal/autocast_test_lists.py:" in detail, detail
+
+
 # ---- accuracy parity ----------------------------------------------------------------------
 
 def _float8_linear(real):
