@@ -567,6 +567,15 @@ def survey_cases(env: Env, target: Target, suite: str, cases: Sequence[str], tim
     return found
 
 
+# a case's time limit on a mutant: this many times its clean run (under coverage, which is
+# slower), at least LIMIT_FLOOR_S, at most the command's --timeout
+LIMIT_FACTOR, LIMIT_FLOOR_S = 10, 60.0
+
+
+def case_limit(clean: Iterable[CaseRun], timeout_s: float) -> float:
+    return min(timeout_s, max(LIMIT_FLOOR_S, LIMIT_FACTOR * sum(r.seconds for r in clean)))
+
+
 def judge_by_suite(env: Env, suite: str, cases: dict[str, CaseRun], timeout_s: float,
                    scratch: Path) -> Judgement:
     """Run the cases (by result key) on the mutant, one case (all its parameter sets) per
@@ -583,14 +592,15 @@ def judge_by_suite(env: Env, suite: str, cases: dict[str, CaseRun], timeout_s: f
     timed_out, seconds = False, 0.0
     for name in order:
         judges.append(f"{suite}/{name}")
+        limit = case_limit(by_case[name].values(), timeout_s)
         with tempfile.TemporaryDirectory(dir=scratch) as tmp:
-            ran = run_in(env, run_cases_argv(suite, [name], Path(tmp)), timeout_s)
+            ran = run_in(env, run_cases_argv(suite, [name], Path(tmp)), limit)
             results = read_results(Path(tmp))
         seconds += ran.seconds
-        if ran.status is None:
+        if ran.status is None:  # a hang: the next case would most likely hang as well
             timed_out = True
-            broke.append(f"{suite}/{name}: ran past {timeout_s:g} s")
-            continue
+            broke.append(f"{suite}/{name}: ran past {limit:g} s")
+            break
         if results is None:
             broke.append(f"{suite}/{name}: no run record: {_last_line(ran.tail)}")
             continue
@@ -618,9 +628,11 @@ TESTS_MODULE = "harness.releases.torch_tests"
 
 @dataclass(frozen=True)
 class TestRun:
-    """One of PyTorch's tests on the clean torch: the module's lines it ran."""
+    """One of PyTorch's tests on the clean torch: the module's lines it ran, and its wall
+    time (under coverage)."""
 
     lines: tuple[int, ...] = ()
+    seconds: float = 0.0
 
 
 def list_tests(env: Env, groups: Sequence[str]) -> list[str]:
@@ -676,20 +688,22 @@ def survey_tests(env: Env, target: Target, tests: Sequence[str], timeout_s: floa
                 + _last_line(ran.tail)
             log(f"  {test}: dropped ({dropped[test]})")
             continue
-        kept[test] = TestRun(tuple(sorted(lines)))
+        kept[test] = TestRun(tuple(sorted(lines)), round(ran.seconds, 1))
         log(f"  {test}: {len(lines)} lines, {ran.seconds:.0f} s")
     return kept, dropped
 
 
-def judge_by_tests(env: Env, tests: Sequence[str], timeout_s: float) -> Judgement:
-    """Run the tests on the mutant one by one, stopping at the first that fails."""
+def judge_by_tests(env: Env, tests: dict[str, TestRun], timeout_s: float) -> Judgement:
+    """Run the tests on the mutant one by one, stopping at the first that fails (each within
+    the limit a case has, from its clean run)."""
     t0, done = time.monotonic(), []
-    for test in tests:
-        ran = run_in(env, test_argv(test), timeout_s)
+    for test, clean in tests.items():
+        limit = min(timeout_s, max(LIMIT_FLOOR_S, LIMIT_FACTOR * clean.seconds))
+        ran = run_in(env, test_argv(test), limit)
         done.append(test)
         fate = test_verdict(ran)
         if fate is not None:
-            why = f"ran past {timeout_s:g} s" if fate is Fate.TIMEOUT else _last_line(ran.tail)
+            why = f"ran past {limit:g} s" if fate is Fate.TIMEOUT else _last_line(ran.tail)
             return Judgement(fate, (f"{test}: {why}",), tuple(done), time.monotonic() - t0)
     return Judgement(Fate.SURVIVED, (), tuple(done), time.monotonic() - t0)
 
@@ -741,7 +755,8 @@ class Record:
                    cases={k: CaseRun(**{**v, "failing": tuple(v["failing"]),
                                            "lines": tuple(v["lines"])})
                           for k, v in d.pop("cases").items()},
-                   tests={k: TestRun(tuple(v["lines"])) for k, v in d.pop("tests").items()},
+                   tests={k: TestRun(**{**v, "lines": tuple(v["lines"])})
+                          for k, v in d.pop("tests").items()},
                    test_groups=tuple(d.pop("test_groups")), **d)
 
     def judgement(self, name: str, judge: str) -> Judgement | None:
@@ -937,7 +952,7 @@ def _judge(plan: Plan, env: Env, record: Record, mutant: Mutant, source: str,
         entry["suite"] = replace(j, seconds=round(j.seconds, 1), commit=commit).to_json()
         # PyTorch's tests are the same whatever the suite's checks: judged once
         if record.tests and "torch_tests" not in record.judged.get(mutant.name, {}):
-            tests = judges_of(mutant, record.tests, record.tests)
+            tests = {k: record.tests[k] for k in judges_of(mutant, record.tests, record.tests)}
             t = judge_by_tests(env, tests, plan.timeout_s) if tests else Judgement(
                 Fate.SURVIVED, ("no sampled test runs its lines",))
             entry["torch_tests"] = replace(t, seconds=round(t.seconds, 1),
