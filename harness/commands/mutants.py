@@ -62,8 +62,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="results/validation/mutation", metavar="DIR",
                         help="where the record goes, one file per module (default: "
                              "results/validation/mutation)")
+    parser.add_argument("--name", metavar="NAME",
+                        help="the record's file name in --out, without .json (default: from "
+                             "the module's path and --within)")
     parser.add_argument("--home", metavar="DIR",
                         help="the command's own environment and scratch (default: .mutants)")
+
+
+def _command(argv: list[str]) -> str:
+    """The command as the record keeps it: what reproduces the campaign, without the
+    options that only split it into chunks."""
+    kept, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--max-minutes":
+            skip = True
+        elif not a.startswith("--max-minutes="):
+            kept.append(a)
+    return "release-bench mutants " + shlex.join(kept)
 
 
 def _interrupt(signum, _frame):
@@ -86,7 +103,7 @@ def main(args) -> int:
             test_groups=tuple(dict.fromkeys(args.torch_tests)), tests_sample=args.tests_sample,
             timeout_s=args.timeout, max_minutes=args.max_minutes,
             again=tuple(mutants.Fate(a) for a in args.again), out=Path(args.out),
-            command="release-bench mutants " + shlex.join(sys.argv[2:]))
+            command=_command(sys.argv[2:]), name=args.name or "")
         home = Path(args.home) if args.home else mutants.HOME
         # SIGTERM ends the command as Ctrl-C does: through the module's restoration
         previous = signal.signal(signal.SIGTERM, _interrupt)

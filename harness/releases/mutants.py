@@ -804,6 +804,11 @@ class Plan:
     again: tuple[Fate, ...] = ()  # judge the mutants of these fates again
     out: Path = ROOT / "results" / "validation" / "mutation"
     command: str = ""
+    name: str = ""  # the record's file name (without .json); default: the target's
+
+    @property
+    def path(self) -> Path:
+        return self.out / f"{self.name or self.target.name}.json"
 
 
 def campaign(plan: Plan, env: Env, log: Callable[[str], None] = print) -> Record:
@@ -812,7 +817,7 @@ def campaign(plan: Plan, env: Env, log: Callable[[str], None] = print) -> Record
     however this ends."""
     scratch = env.home / "scratch"
     scratch.mkdir(parents=True, exist_ok=True)
-    path = plan.out / f"{plan.target.name}.json"
+    path = plan.path
     original_file = env.original(plan.target)
     if not original_file.is_file():
         raise MutantsError(f"torch/{plan.target.path}: no such module in torch ({env.source})")
