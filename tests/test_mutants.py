@@ -72,6 +72,17 @@ def test_only_function_bodies_count_as_use():
     assert mutants.body_lines(stubs) == {4}
 
 
+def test_a_mutant_counts_as_run_where_coverage_counts_its_statement(tmp_path):
+    """Coverage counts a statement at its first line: a mutant of a call's second line, or
+    of a parameter's annotation below `def`, runs when that first line does."""
+    src = "def f(\n    a: int | None,\n) -> int:\n    return g(1,\n             a - 2)\n"
+    assert mutants.statement_starts(src) == {1: 1, 2: 1, 3: 1, 4: 4, 5: 4}
+    (tmp_path / "m.py").write_text(src)
+    found = {m.name: m for m in mutants.list_mutants(tmp_path / "m.py")}
+    assert found["ReplaceBinaryOperator_BitOr_BitAnd#0"].lines == (1,)
+    assert found["ReplaceBinaryOperator_Sub_Add#0"].lines == (4,)
+
+
 def test_the_sample_is_fixed_by_its_seed_and_kept_in_module_order():
     names = [f"m{i}" for i in range(100)]
     a, b = mutants.sample(names, 10, 58), mutants.sample(names, 10, 58)

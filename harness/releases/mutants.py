@@ -89,6 +89,8 @@ class Mutant:
     first_line: int
     last_line: int
     function: str = ""  # the qualified name of the function (or class) it is in; "" at top
+    # the first lines of the statements it changes: where coverage counts them as run
+    statements: tuple[int, ...] = ()
 
     @property
     def name(self) -> str:
@@ -96,8 +98,9 @@ class Mutant:
         return f"{self.operator.partition('/')[2]}#{self.occurrence}"
 
     @property
-    def lines(self) -> range:
-        return range(self.first_line, self.last_line + 1)
+    def lines(self) -> tuple[int, ...]:
+        """The lines that, run, run the mutant: its statements' first lines."""
+        return self.statements or tuple(range(self.first_line, self.last_line + 1))
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,23 @@ def body_lines(source: str) -> set[int]:
     return lines
 
 
+def statement_starts(source: str) -> dict[int, int]:
+    """Each line of a statement, mapped to the statement's first line, which is where
+    coverage counts a statement that ran: a call's arguments on the lines after it, a `def`'s
+    parameters and annotations on the lines after `def`, an `if`'s condition over several
+    lines (a compound statement's header, not its body)."""
+    out: dict[int, int] = {}
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.stmt, ast.ExceptHandler)):
+            continue
+        inner = [b[0].lineno for f in ("body", "orelse", "finalbody", "handlers")
+                 if (b := getattr(node, f, None))]
+        last = min(inner) - 1 if inner else (node.end_lineno or node.lineno)
+        for n in range(node.lineno, max(node.lineno, last) + 1):
+            out.setdefault(n, node.lineno)
+    return out
+
+
 def innermost(spans: list[tuple[str, int, int]], line: int) -> str:
     inside = [s for s in spans if s[1] <= line <= s[2]]
     return max(inside, key=lambda s: s[1])[0] if inside else ""
@@ -207,10 +227,14 @@ def list_mutants(path: Path, within: Sequence[str] = ()) -> list[Mutant]:
     with tempfile.TemporaryDirectory() as tmp, use_db(str(Path(tmp) / "work.sqlite")) as db:
         init([path], db, {})
         specs = [m for item in db.work_items for m in item.mutations]
+    starts = statement_starts(source)
     out = [Mutant(m.operator_name, m.occurrence, m.start_pos[0], m.end_pos[0],
-                  innermost(spans, m.start_pos[0])) for m in specs]
+                  innermost(spans, m.start_pos[0]),
+                  tuple(sorted({starts.get(n, n)
+                                for n in range(m.start_pos[0], m.end_pos[0] + 1)})))
+           for m in specs]
     if keep is not None:
-        out = [m for m in out if set(m.lines) <= keep]
+        out = [m for m in out if m.first_line in keep and m.last_line in keep]
     return sorted(out, key=lambda m: (m.first_line, m.operator, m.occurrence))
 
 
