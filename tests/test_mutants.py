@@ -232,3 +232,43 @@ def _judges_alive(home: Path) -> bool:
             except OSError:
                 continue
     return False
+
+
+# ---------------------------------------------------------------- the committed campaign
+
+RECORDS = ROOT / "results" / "validation" / "mutation"
+VERDICTS = {"equivalent", "outside", "missed"}
+
+
+def _committed():
+    import json
+
+    triage = json.loads((RECORDS / "triage.json").read_text()) \
+        if (RECORDS / "triage.json").exists() else {}
+    found = [mutants.read_record(p) for p in sorted(RECORDS.glob("*.json"))
+             if p.name not in ("triage.json", "not-reached.json")]
+    return found, triage
+
+
+def test_every_survivor_of_the_committed_campaign_is_triaged():
+    """Each mutant the suite let survive, now or before a check was added, has a verdict with
+    its reason; a missed one names the check added since, and that check now kills it."""
+    found, triage = _committed()
+    for record in found:
+        verdicts = triage.get(record.target.path, {})
+        for name in record.sample:
+            entry = record.judged.get(name)
+            if entry is None:
+                continue
+            now = record.judgement(name, "suite")
+            before = [Judgement.from_json(j) for j in entry.get("earlier", [])]
+            if now.fate is not Fate.SURVIVED and all(b.fate is not Fate.SURVIVED
+                                                     for b in before):
+                continue
+            v = verdicts.get(name)
+            assert v and v["verdict"] in VERDICTS and v["why"], (record.target.path, name)
+            if v["verdict"] == "missed":
+                assert now.fate is Fate.CHECK and any(v["check"] in by for by in now.by), \
+                    (record.target.path, name, now)
+            else:
+                assert now.fate is Fate.SURVIVED, (record.target.path, name, now)

@@ -852,14 +852,16 @@ def campaign(plan: Plan, env: Env, log: Callable[[str], None] = print) -> Record
     if record is not None and record.sha256 != sha256(original_file):
         raise MutantsError(f"{records.shown_path(path)} judged another version of "
                            f"torch/{plan.target.path} (remove it, or pass another --out)")
+    if unknown := [n for n in plan.names if n not in by_name]:
+        raise MutantsError(f"no mutant {unknown[0]!r} in torch/{plan.target.path}")
     if record is None:
         record = _survey(plan, env, all_mutants, source, scratch, log)
+        if plan.names:  # the mutants named instead of a sample
+            record.sample = list(plan.names)
         records.write_json_atomic(path, record.to_json())
-    wanted = list(plan.names) or record.sample
-    if unknown := [n for n in wanted if n not in by_name]:
-        raise MutantsError(f"no mutant {unknown[0]!r} in torch/{plan.target.path}")
-    if plan.names:
+    elif plan.names:
         record.sample = list(dict.fromkeys([*record.sample, *plan.names]))
+    wanted = list(plan.names) or record.sample
     todo = [n for n in wanted if _needs_judging(record, n, plan)]
     log(f"torch/{plan.target.path}: {record.mutants} mutants, {len(record.reached)} on reached "
         f"lines, {len(wanted)} to judge, {len(todo)} not judged yet")
