@@ -24,11 +24,14 @@ that every profile declares the same names, and `list` and `run --dry-run` print
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import inspect
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -386,6 +389,39 @@ def _samples_of(x: Any) -> list[float]:
     return list(getattr(x, "times", x))
 
 
+_FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+)', re.M)
+
+
+def raised_in_torch(e: BaseException) -> str | None:
+    """Where in torch's Python code `e` was raised (`amp/grad_scaler.py:476`), or None when
+    the innermost frame of its traceback is not torch's (the harness's, or a test's). For a
+    launch that failed (`launch.LaunchError`), where the first worker that raised did, from
+    the traceback it sent."""
+    import torch
+
+    from harness.running import launch
+
+    if isinstance(e, launch.LaunchError):
+        sent = next((f.traceback for f in e.failures if f.kind == "exception" and f.traceback),
+                    "")
+        frames = list(_FRAME.finditer(sent))
+        if not frames:
+            return None
+        where, line = frames[-1]["file"], int(frames[-1]["line"])
+    else:
+        tb = e.__traceback__
+        if tb is None:
+            return None
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        where, line = tb.tb_frame.f_code.co_filename, tb.tb_lineno
+    root = os.path.dirname(os.path.realpath(torch.__file__))
+    where = os.path.realpath(where)
+    if os.path.commonpath([root, where]) != root:
+        return None
+    return f"{os.path.relpath(where, root)}:{line}"
+
+
 @dataclass
 class Context:
     """What a case receives: where and how to run, and where to put what it found."""
@@ -441,6 +477,26 @@ class Context:
         """
         self.checks.append(Check(name, bool(passed), detail, performance))
         return bool(passed)
+
+    @contextlib.contextmanager
+    def exercising(self, behaviour: str) -> Iterator[None]:
+        """A block that exercises one documented behaviour as its documentation shows it. An
+        exception that torch raises in the block (the innermost frame of its traceback is
+        torch's; for workers, the traceback the first that raised sent) is that behaviour
+        failing: the failed check `behaviour`, with what torch raised and where, and the case
+        goes on to its other behaviours. An exception the harness's own code raises, a worker
+        that died or hung, is not caught: the case errors."""
+        try:
+            yield
+        except Exception as e:
+            from harness.running import launch
+
+            where = raised_in_torch(e)
+            if where is None:
+                raise
+            what = str(e) if isinstance(e, launch.LaunchError) else \
+                f"torch raised {type(e).__name__}: {e}"
+            self.check(behaviour, False, f"{what[:240]} (at {where})")
 
     def check_within(self, name: str, samples: Sequence[float], limit: float,
                      fmt: Callable[[float], str] = "{:.3g}".format) -> stats.Within:

@@ -31,6 +31,7 @@ from harness.commands import (
     listing,
     matrix,
     multihost,
+    mutants,
     nightly,
     report,
     run,
@@ -40,8 +41,8 @@ from harness.commands.common import EXIT_USAGE, UsageError
 
 # in the order `release-bench --help` lists them
 COMMANDS = {c.name: c for module in (listing, run, multihost, gpu, asv, show, report, compare,
-                                     calibrate, ab, matrix, history, bisect, expectations,
-                                     env, nightly)
+                                     calibrate, ab, matrix, history, bisect, mutants,
+                                     expectations, env, nightly)
             for c in module.COMMANDS}
 
 

@@ -39,10 +39,12 @@ ROWS = ROOT / "results" / "validation"
 FINDINGS = ROWS / "findings"
 PAGE = ROOT / "docs" / "validation.md"
 CALIBRATIONS = ROOT / "results" / "calibration"
+MUTATION = ROWS / "mutation"
 sys.path.insert(0, str(ROOT))
 
 from harness import records  # noqa: E402
 from harness.cases import metric_id  # noqa: E402
+from harness.releases import mutants  # noqa: E402
 
 COLUMNS = [  # (field, heading)
     ("date", "date"), ("commit", "commit"), ("machine", "machine"),
@@ -181,7 +183,7 @@ def render(rows: list[dict], findings: list[dict] | None = None) -> str:
         if r.get("note") or len(r.get("stages") or []) > 1:
             lines.append(f"- **{r['date']}, {r['commit']}, {r['experiment']}, {r['design']}**: "
                          + "; ".join(filter(None, [r.get("note"), _stages(r)])) + ".")
-    return "\n".join(lines + _finding_lines(findings)
+    return "\n".join(lines + _finding_lines(findings) + _mutation_lines(MUTATION)
                      + _calibration_lines(load_calibrations())) + "\n"
 
 
@@ -198,6 +200,165 @@ def _finding_lines(findings: list[dict]) -> list[str]:
     for f in sorted(findings, key=lambda f: (f["date"], f["title"])):
         lines += ["", f"- **{f['date']}, {f['commit']}, {f['machine']}: {f['title']}**. "
                   f"{f['text']} Reproduce: `{f['command']}`"]
+    return lines
+
+
+# the hand-written files beside the mutants records: each survivor's triage, and why the
+# mutants not reached are not (by the function they are in)
+TRIAGE, NOT_REACHED = "triage.json", "not-reached.json"
+FATE_WORDS = {"check": "a check", "error": "an error", "timeout": "the time limit"}
+
+
+def load_mutation(root: Path = MUTATION) -> tuple[list, dict, dict]:
+    """The mutants records (one per module), the triage and the reasons for what is not
+    reached."""
+    if not root.is_dir():
+        return [], {}, {}
+    recs = [mutants.read_record(p) for p in sorted(root.glob("*.json"))
+            if p.name not in (TRIAGE, NOT_REACHED)]
+    extra = [json.loads((root / n).read_text()) if (root / n).exists() else {}
+             for n in (TRIAGE, NOT_REACHED)]
+    return recs, extra[0], extra[1]
+
+
+def _reason(reasons: dict[str, str], function: str) -> str:
+    """The reason whose function (or class) is the longest prefix of `function`."""
+    hits = [k for k in reasons if function == k or function.startswith(k + ".")]
+    return reasons[max(hits, key=len)] if hits else "not classified"
+
+
+def _fates(rec, judge: str) -> dict[str, int]:
+    return mutants.counts(rec, judge)
+
+
+def _mutation_lines(root: Path = MUTATION) -> list[str]:
+    """The mutation analysis (`release-bench mutants`): per module, its mutants, those on
+    reached lines, the sample, each judge's fates on the sample; the totals; the triage of
+    every survivor; and the mutants not reached, by reason."""
+    recs, triage, reasons = load_mutation(root)
+    if not recs:
+        return []
+    dates = sorted({d[:10] for r in recs for d in (r.started, r.updated) if d})
+    commits = sorted({j.get("commit", "") for r in recs for e in r.judged.values()
+                      for k, j in e.items() if k in ("suite", "torch_tests")} - {""})
+    wall = sum(r.setup_s + sum(j.get("seconds", 0) for e in r.judged.values()
+                               for k, j in e.items() if k in ("suite", "torch_tests"))
+               for r in recs)
+    lines = ["", "## Mutation analysis", "",
+             f"How strong the conformance checks are against defects nobody chose: "
+             f"{recs[0].tool} (its {recs[0].operators} core operators that need no "
+             "configuration) changes one place of a feature's Python layer in torch "
+             f"{recs[0].torch}, and each sampled mutant is judged by the suite's conformance "
+             "cases that run its lines, on the CPU (`release-bench mutants`; "
+             "[guide](guide.md#mutation-analysis)). Sampled with seed "
+             f"{recs[0].seed} among the mutants on lines a clean run of the cases executes "
+             "(coverage, worker processes and TensorPipe's threads included). **by a "
+             "check**: a check failed that passes on the clean run; **by an error**: a case "
+             "errored or the run died; **time**: killed by the time limit. PyTorch's tests: "
+             "the tests the wheel ships (`torch/testing/_internal`), sampled per group with "
+             "the same seed, those that skip or fail here dropped, each mutant judged by the "
+             "sampled tests that run its lines, stopping at the first that fails (**by an "
+             "assertion**: an AssertionError, in the test or one of its processes). "
+             f"Dates {dates[0]} to {dates[-1]}, commits {', '.join(commits)}, machine "
+             f"{', '.join(sorted({r.machine['name'] for r in recs}))}, wall time "
+             f"{wall / 3600:.1f} h in all (surveys included).", "",
+             "| module | mutants | reached | sampled | by a check | by an error | time | "
+             "survived | equivalent | killed of the rest | PyTorch's tests: judged | by an "
+             "assertion | by an error | time | survived |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    total = {"sampled": 0, "equivalent": 0, "killed": 0, "check": 0}
+    both = {"suite": 0, "tests": 0, "judged": 0}
+    for r in recs:
+        f = _fates(r, "suite")
+        t = _fates(r, "torch_tests")
+        judged = [n for n in r.sample if r.judgement(n, "suite")]
+        verdicts = triage.get(r.target.path, {})
+        equivalent = sum(1 for n in judged if r.judgement(n, "suite").fate == "survived"
+                         and verdicts.get(n, {}).get("verdict") == "equivalent")
+        killed = len(judged) - f["survived"]
+        rest = len(judged) - equivalent
+        total["sampled"] += len(judged)
+        total["equivalent"] += equivalent
+        total["killed"] += killed
+        total["check"] += f["check"]
+        tested = [n for n in judged if r.judgement(n, "torch_tests")]
+        if tested:
+            both["judged"] += len(tested)
+            both["suite"] += sum(r.judgement(n, "suite").fate != "survived" for n in tested)
+            both["tests"] += sum(r.judgement(n, "torch_tests").fate != "survived"
+                                 for n in tested)
+        name = r.target.path + (f" ({', '.join(r.target.within)})" if r.target.within else "")
+        cells = [f"`{name}`", r.mutants, len(r.reached), len(judged), f["check"], f["error"],
+                 f["timeout"], f["survived"], equivalent,
+                 f"{killed}/{rest}" if rest else "—"]
+        cells += ([len(tested), t["check"], t["error"], t["timeout"], t["survived"]]
+                  if tested else ["—"] * 5)
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    rest = total["sampled"] - total["equivalent"]
+    lines += ["", f"In all: {total['sampled']} mutants judged, {total['equivalent']} of them "
+              f"equivalent; {total['killed']} of the other {rest} killed "
+              f"({100 * total['killed'] / max(rest, 1):.0f}%), {total['check']} of those "
+              f"{total['killed']} by a check "
+              f"({100 * total['check'] / max(total['killed'], 1):.0f}%)."
+              + (f" On the {both['judged']} mutants both judged, the suites killed "
+                 f"{both['suite']} and PyTorch's tests {both['tests']}." if both["judged"]
+                 else "")]
+    lines += ["", "Judges and commands, per module:", ""]
+    for r in recs:
+        cases = sorted({records.CaseKey.parse(k).case_id for k in r.cases})
+        tests = (f"; PyTorch's tests: {len(r.tests)} of {len(r.tests) + len(r.tests_dropped)} "
+                 f"sampled from {', '.join(r.test_groups)} ({r.tests_sample} a group), "
+                 f"{len(r.tests_dropped)} dropped" if r.test_groups else "")
+        only = (f"; {r.reached_by_tests_only} mutants on lines only PyTorch's sampled tests "
+                "run" if r.reached_by_tests_only else "")
+        spent = r.setup_s + sum(j.get("seconds", 0) for e in r.judged.values()
+                                for k, j in e.items() if k in ("suite", "torch_tests"))
+        lines.append(f"- `{r.target.path}`: {', '.join(cases)}{tests}{only}; "
+                     f"{spent / 60:.0f} min. `{r.command}`")
+    lines += _triage_lines(recs, triage) + _not_reached_lines(recs, reasons)
+    return lines
+
+
+def _triage_lines(recs, triage: dict) -> list[str]:
+    """Every mutant the suite let survive, and every one it let survive before a check was
+    added, with its verdict: equivalent, outside the documented contract, or missed."""
+    lines = ["", "### Survivors, triaged", "",
+             "Each mutant the suite let survive: **equivalent** (no program can tell it from "
+             "torch), **outside** (it changes what the documentation does not promise; the "
+             "document named), or **missed** (a documented behaviour no check held: the "
+             "check added since, and the mutant's fate when judged again).", ""]
+    for r in recs:
+        verdicts = triage.get(r.target.path, {})
+        for name in r.sample:
+            entry = r.judged.get(name)
+            if not entry:
+                continue
+            now = r.judgement(name, "suite")
+            before = [mutants.Judgement.from_json(j) for j in entry.get("earlier", [])]
+            if now.fate != "survived" and not any(b.fate == "survived" for b in before):
+                continue
+            v = verdicts.get(name, {})
+            change = "; ".join(ln.strip() for ln in entry["diff"].splitlines())[:160]
+            fate = ("survives" if now.fate == "survived" else
+                    f"now killed by {FATE_WORDS[now.fate]} ({'; '.join(now.by)[:160]}, "
+                    f"commit {now.commit})")
+            lines.append(f"- `{r.target.path}` {name} (line {entry['line']}, "
+                         f"{entry['function'] or 'module level'}): `{change}`. "
+                         f"**{v.get('verdict', 'not triaged')}**: {v.get('why', '')} {fate}.")
+    return lines
+
+
+def _not_reached_lines(recs, reasons: dict) -> list[str]:
+    lines = ["", "### Not reached", "",
+             "Mutants on lines no case runs on this CPU, by why (the reasons by function are "
+             f"in `results/validation/mutation/{NOT_REACHED}`):", ""]
+    for r in recs:
+        why: dict[str, int] = {}
+        for function, n in r.unreached.items():
+            key = _reason(reasons.get(r.target.path, {}), function)
+            why[key] = why.get(key, 0) + n
+        text = "; ".join(f"{w}: {n}" for w, n in sorted(why.items(), key=lambda kv: -kv[1]))
+        lines.append(f"- `{r.target.path}` ({r.mutants - len(r.reached)}): {text or 'none'}.")
     return lines
 
 

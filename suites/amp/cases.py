@@ -164,8 +164,12 @@ def autocast_op_lists(ctx: Context) -> None:
     require_bfloat16(ctx.device, dtype)
     if did := oplists.autocast_refuses(ctx.device, getattr(torch, dtype)):
         raise FeatureAbsent(autocast_api(ctx.device, dtype), f"autocast did not engage: {did}")
-    (res,) = ctx.launch(oplists.run_lists, 1, (ctx.device, dtype), timeout_s=600,
-                        label="autocast lists worker")
+    res = None
+    with ctx.exercising("the lists run to the end in their worker"):
+        (res,) = ctx.launch(oplists.run_lists, 1, (ctx.device, dtype), timeout_s=600,
+                            label="autocast lists worker")
+    if res is None:
+        return
     if "unavailable" in res:
         raise Skip(res["unavailable"])
     seen: Counter[str] = Counter()
@@ -201,12 +205,18 @@ def autocast_op_lists(ctx: Context) -> None:
 def grad_scaler(ctx: Context) -> None:
     """GradScaler skips inf/NaN steps, backs off, grows and round-trips, as documented.
 
-    Also: a second unscale_ raises and enabled=False passes through; parameters are compared
-    with an fp32 control that has no scaler."""
-    if not gradscaler.check_scales(ctx, ctx.device):
+    Also: a second unscale_ raises, unscale_'s clipping example steps as fp32 does, two
+    optimizers each decide to skip, scale() takes a list or tuple, and enabled=False passes
+    through; parameters are compared with an fp32 control that has no scaler. torch raising
+    while a behaviour is exercised fails that behaviour's check (`Context.exercising`)."""
+    engaged = False
+    with ctx.exercising("scale() multiplies the loss by the scale"):
+        engaged = gradscaler.check_scales(ctx, ctx.device)
+    if not engaged:
         return
-    for check in gradscaler.CHECKS:
-        check(ctx, ctx.device)
+    for behaviour, check in gradscaler.CHECKS:
+        with ctx.exercising(behaviour):
+            check(ctx, ctx.device)
 
 
 @suite.conformance()
@@ -217,9 +227,13 @@ def accuracy_parity(ctx: Context) -> None:
     dtype): with autocast off the comparison would pass fp32 against fp32."""
     kind = training.device_type(ctx.device)
     modes = precision_modes(ctx)
-    computed_in = {m: training.parity_computes_in(ctx.device, m) for m in modes}
+    computed_in = {}
+    for m in modes:
+        with ctx.exercising(f"{m}: autocast engaged"):
+            computed_in[m] = training.parity_computes_in(ctx.device, m)
     # an "AMP" run that never left fp32 would agree with fp32 trivially: not compared
-    modes = ("fp32", *[m for m in modes[1:] if check_engaged(ctx, m, computed_in[m])])
+    modes = ("fp32", *[m for m in modes[1:]
+                       if m in computed_in and check_engaged(ctx, m, computed_in[m])])
     if len(modes) == 1:
         return
     threads = torch.get_num_threads()
@@ -230,16 +244,21 @@ def accuracy_parity(ctx: Context) -> None:
         with restored_backend_flags():
             if kind == "cuda":
                 CudaSettings(tf32=False).apply()  # the control is strict FP32
-            runs = {m: training.train_parity(ctx.device, m) for m in modes}
+            runs = {}
+            for m in modes:
+                with ctx.exercising(f"{m}: the parity model trains"):
+                    runs[m] = training.train_parity(ctx.device, m)
     finally:
         torch.set_num_threads(threads)
+    if "fp32" not in runs:
+        return
     ref = runs["fp32"]
     learned = 1 - ref["final_loss"] / ref["initial_loss"]
     ctx.check("fp32 control learns", learned >= PARITY_MIN_LEARNING,
               f"loss {ref['initial_loss']:.4g} -> {ref['final_loss']:.4g} "
               f"({learned:.1%} removed, need {PARITY_MIN_LEARNING:.0%})")
     rows = []
-    for m in modes:
+    for m in [m for m in modes if m in runs]:
         final = runs[m]["final_loss"]
         rel = abs(final - ref["final_loss"]) / ref["final_loss"]
         ctx.metric("final_loss", final, "MSE", kind="error", better="lower",

@@ -181,7 +181,9 @@ def check_growth(ctx: Context, device: str) -> None:
               f"scales after the skip and 3 clean steps {seen}, expected {want}")
 
 
-def check_unscale(ctx: Context, device: str) -> None:
+def unscaled_backward(device: str) -> tuple[Rig, Rig, torch.amp.GradScaler]:
+    """A rig after a scaled backward and unscale_, its scaler, and an fp32 control after the
+    same backward unscaled."""
     rig = Rig(device)
     control = rig.clone()
     s = scaler(device)
@@ -190,6 +192,11 @@ def check_unscale(ctx: Context, device: str) -> None:
     s.unscale_(rig.optimizer)
     control.optimizer.zero_grad(set_to_none=True)
     control.loss("clean0").backward()
+    return rig, control, s
+
+
+def check_unscale(ctx: Context, device: str) -> None:
+    rig, control, s = unscaled_backward(device)
     grads = [p.grad.clone() for p in rig.model.parameters()]
     want = [p.grad.clone() for p in control.model.parameters()]
     ctx.check("unscale_ gives the fp32 control's gradients", params_equal(grads, want),
@@ -241,14 +248,87 @@ def check_disabled(ctx: Context, device: str) -> None:
               f"{max_diff(rig.params(), control.params())}")
 
 
-CHECKS: tuple[Callable[[Context, str], None], ...] = (
-    check_defaults,
-    lambda ctx, device: check_skip_and_backoff(ctx, device, "inf"),
+def check_unscale_then_step(ctx: Context, device: str) -> None:
+    """unscale_'s own example: unscale_, clip the unscaled gradients, step() and update().
+    The step equals an fp32 control clipped the same way (unscale_ gives its gradients
+    bitwise), and the optimizer steps once."""
+    max_norm = 0.05  # below the gradients' norm, so that clipping changes them
+    rig, control, s = unscaled_backward(device)
+    torch.nn.utils.clip_grad_norm_(rig.model.parameters(), max_norm)
+    s.step(rig.optimizer)
+    s.update()
+    norm = torch.nn.utils.clip_grad_norm_(control.model.parameters(), max_norm)
+    control.optimizer.step()
+    ctx.check("unscale_, clip, step() and update() equal the fp32 control",
+              params_equal(rig.params(), control.params()) and rig.steps_taken == 1,
+              f"gradient norm {norm.item():.3g} clipped to {max_norm}; optimizer.step() called "
+              f"{rig.steps_taken} time(s); {max_diff(rig.params(), control.params())}")
+
+
+def check_two_optimizers(ctx: Context, device: str) -> None:
+    """Two models, each with its optimizer and loss, and one scaler, as the AMP examples'
+    "multiple models, losses and optimizers": each optimizer decides alone whether to skip,
+    and update() backs the scale off when any step was skipped. The inf goes into either
+    optimizer's gradients in turn."""
+    for poisoned in (0, 1):
+        rigs = [Rig(device, seed=0), Rig(device, seed=1)]
+        clean = 1 - poisoned
+        control = rigs[clean].clone()
+        untouched = rigs[poisoned].params()
+        s = scaler(device)
+        for r in rigs:
+            r.optimizer.zero_grad(set_to_none=True)
+        for i, r in enumerate(rigs):
+            s.scale(r.loss("inf" if i == poisoned else "clean0")).backward()
+        for r in rigs:
+            s.step(r.optimizer)
+        scale = s.get_scale()
+        s.update()
+        control.plain_step("clean0")
+        skipped = params_equal(rigs[poisoned].params(), untouched) and \
+            rigs[poisoned].steps_taken == 0
+        stepped = params_equal(rigs[clean].params(), control.params())
+        want = scale * s.get_backoff_factor()
+        ctx.check(f"an inf in optimizer {poisoned + 1} of 2 skips its step only and backs the "
+                  "scale off", skipped and stepped and s.get_scale() == want,
+                  f"optimizer {poisoned + 1} stepped {rigs[poisoned].steps_taken} time(s), "
+                  f"optimizer {clean + 1} {max_diff(rigs[clean].params(), control.params())} "
+                  f"from its control; scale {scale:g} -> {s.get_scale():g}, expected {want:g}")
+
+
+def check_scale_iterable(ctx: Context, device: str) -> None:
+    """scale() takes an iterable of tensors too (its docstring: "outputs (Tensor or
+    iterable of Tensors)"), as with several losses: a list comes back a list and a tuple a
+    tuple, each tensor multiplied by the scale."""
+    rig = Rig(device)
+    s = scaler(device)
+    losses = [rig.loss("clean0"), rig.loss("clean1")]
+    as_list, as_tuple = s.scale(losses), s.scale(tuple(losses))
+    k = s.get_scale()
+    ok = isinstance(as_list, list) and isinstance(as_tuple, tuple) and all(
+        torch.equal(got.detach(), loss.detach() * k)
+        for out in (as_list, as_tuple) for got, loss in zip(out, losses, strict=True))
+    ctx.check("scale() of a list or a tuple scales each tensor", ok,
+              f"got {type(as_list).__name__} and {type(as_tuple).__name__} for a list and a "
+              f"tuple; scale {k:g}")
+
+
+# Each documented behaviour the case exercises, by the name of its check: a torch exception
+# while exercising one fails that check (Context.exercising), and the case goes on.
+CHECKS: tuple[tuple[str, Callable[[Context, str], None]], ...] = (
+    ("defaults as documented", check_defaults),
+    ("inf gradient skips optimizer.step()",
+     lambda ctx, device: check_skip_and_backoff(ctx, device, "inf")),
     # NaN with a non-default backoff, so that the scale must follow the argument
-    lambda ctx, device: check_skip_and_backoff(ctx, device, "nan", init_scale=4096.0,
-                                               backoff_factor=0.25),
-    check_growth,
-    check_unscale,
-    check_state_dict,
-    check_disabled,
+    ("nan gradient skips optimizer.step()",
+     lambda ctx, device: check_skip_and_backoff(ctx, device, "nan", init_scale=4096.0,
+                                                backoff_factor=0.25)),
+    ("scale grows after growth_interval clean steps", check_growth),
+    ("unscale_ gives the fp32 control's gradients", check_unscale),
+    ("unscale_, clip, step() and update() equal the fp32 control", check_unscale_then_step),
+    ("an inf in one optimizer of 2 skips its step only and backs the scale off",
+     check_two_optimizers),
+    ("scale() of a list or a tuple scales each tensor", check_scale_iterable),
+    ("state_dict round-trips", check_state_dict),
+    ("enabled=False: steps equal the fp32 control", check_disabled),
 )

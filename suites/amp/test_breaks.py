@@ -326,7 +326,44 @@ def _disabled_step_does_nothing():
     return lambda self, opt, *a, **k: real(self, opt, *a, **k) if self.is_enabled() else None
 
 
+def _step_refused_after_unscale():
+    """unscale_ leaves its optimizer marked as stepped: the step() its own example calls next
+    raises inside torch ("step() has already been called")."""
+    from torch.amp.grad_scaler import OptState
+
+    real = GradScaler.unscale_
+
+    def unscale_(self, optimizer):
+        real(self, optimizer)
+        self._per_optimizer_states[id(optimizer)]["stage"] = OptState.STEPPED
+
+    return unscale_
+
+
+def _update_sees_one_optimizer(keep: int):
+    """update() reads the inf checks of one optimizer only (the first, or the last)."""
+    real = GradScaler.update
+
+    def update(self, new_scale=None):
+        states = list(getattr(self, "_per_optimizer_states", {}).items())
+        if states:
+            self._per_optimizer_states = type(self._per_optimizer_states)(
+                self._per_optimizer_states.default_factory, [states[keep]])
+        return real(self, new_scale)
+
+    return update
+
+
+def _iterables_unscaled():
+    """scale() passes a list or tuple of tensors through unscaled."""
+    real = GradScaler.scale
+    return lambda self, outputs: (real(self, outputs) if isinstance(outputs, torch.Tensor)
+                                  else outputs)
+
+
 SKIP_CHECKS = {"inf gradient skips optimizer.step()", "nan gradient skips optimizer.step()"}
+TWO_OPTIMIZERS = "an inf in optimizer {} of 2 skips its step only and backs the scale off"
+TWO_OPTIMIZER_CHECKS = {TWO_OPTIMIZERS.format(1), TWO_OPTIMIZERS.format(2)}
 BACKOFF_CHECKS = {"inf gradient multiplies the scale by backoff_factor",
                   "nan gradient multiplies the scale by backoff_factor"}
 
@@ -337,11 +374,13 @@ SCALER_BREAKS = {
     "never_skips": ({(GradScaler, "_maybe_opt_step"):
                      lambda self, opt, state, *a, **k: opt.step(*a, **k)},
                     # the poisoned step corrupts the parameters, so every later step overflows
-                    SKIP_CHECKS | {"clean steps around the inf step equal the fp32 control",
-                                   "clean steps around the nan step equal the fp32 control",
-                                   "growth count restarts after a skipped step"}),
+                    SKIP_CHECKS | TWO_OPTIMIZER_CHECKS
+                    | {"clean steps around the inf step equal the fp32 control",
+                       "clean steps around the nan step equal the fp32 control",
+                       "growth count restarts after a skipped step"}),
     "never_backs_off": ({(torch, "_amp_update_scale_"): _update_with(backoff_factor=1.0)},
-                        BACKOFF_CHECKS | {"growth count restarts after a skipped step"}),
+                        BACKOFF_CHECKS | TWO_OPTIMIZER_CHECKS
+                        | {"growth count restarts after a skipped step"}),
     "never_grows": ({(torch, "_amp_update_scale_"): _update_with(growth_factor=1.0)},
                     {"scale grows after growth_interval clean steps",
                      "growth count restarts after a skipped step"}),
@@ -349,9 +388,12 @@ SCALER_BREAKS = {
                             {"growth count restarts after a skipped step"}),
     "inexact_unscale": ({(torch, "_amp_foreach_non_finite_check_and_unscale_"):
                          _unscale_slightly_off()},
-                        {"unscale_ gives the fp32 control's gradients",
-                         "clean steps around the inf step equal the fp32 control",
-                         "clean steps around the nan step equal the fp32 control"}),
+                        # every step after an unscale_ differs from its control
+                        TWO_OPTIMIZER_CHECKS
+                        | {"unscale_ gives the fp32 control's gradients",
+                           "unscale_, clip, step() and update() equal the fp32 control",
+                           "clean steps around the inf step equal the fp32 control",
+                           "clean steps around the nan step equal the fp32 control"}),
     "unscale_twice_allowed": ({(GradScaler, "unscale_"): _forgetful_unscale()},
                               {"unscale_ twice before update() raises"}),
     "state_dict_loses_count": ({(GradScaler, "load_state_dict"): _lossy_load()},
@@ -360,6 +402,15 @@ SCALER_BREAKS = {
                               {"enabled=False: scale() returns its input"}),
     "disabled_never_steps": ({(GradScaler, "step"): _disabled_step_does_nothing()},
                              {"enabled=False: steps equal the fp32 control"}),
+    "step_refused_after_unscale": ({(GradScaler, "unscale_"): _step_refused_after_unscale()},
+                                   {"unscale_, clip, step() and update() equal the fp32 control",
+                                    "unscale_ twice before update() raises"}),
+    "update_ignores_later_optimizers": ({(GradScaler, "update"): _update_sees_one_optimizer(0)},
+                                        {TWO_OPTIMIZERS.format(2)}),
+    "update_ignores_first_optimizer": ({(GradScaler, "update"): _update_sees_one_optimizer(-1)},
+                                       {TWO_OPTIMIZERS.format(1)}),
+    "iterables_unscaled": ({(GradScaler, "scale"): _iterables_unscaled()},
+                           {"scale() of a list or a tuple scales each tensor"}),
 }
 
 
@@ -373,6 +424,45 @@ def test_grad_scaler_check_fails_when_broken(monkeypatch, name, device):
     entry = run("grad_scaler", device)
     assert entry.outcome == "fail", entry.reason
     assert set(failed(entry)) == expected, failed(entry)
+
+
+def test_torch_raising_while_a_behaviour_is_exercised_fails_its_check(monkeypatch):
+    """GradScaler's own guard refusing every scaler (growth_factor 1.0): the case fails with
+    the behaviour that broke and where torch raised, rather than erroring."""
+    monkeypatch.setattr(GradScaler, "__init__", partialmethod(GradScaler.__init__,
+                                                              growth_factor=1.0))
+    entry = run("grad_scaler")
+    assert entry.outcome == "fail", entry.reason
+    detail = failed(entry)["scale() multiplies the loss by the scale"]
+    assert detail.startswith("torch raised AssertionError: The growth factor must be > 1.0."), \
+        detail
+    assert re.search(r"\(at amp/grad_scaler\.py:\d+\)$", detail), detail
+
+
+def lists_cannot_be_built() -> None:
+    """torch.randn refuses its arguments, so that building PyTorch's lists raises in torch's
+    own code (torch/testing/_internal/autocast_test_lists.py) in the worker."""
+    torch.randn = "no randn".__str__
+
+
+def test_autocast_raising_is_autocast_not_engaging(monkeypatch):
+    """Whatever torch raises when autocast is entered, the op lists fail as autocast not
+    engaging, and the parity case fails each mode's engagement check, rather than erroring."""
+    monkeypatch.setattr(torch._C, "_get_privateuse1_backend_name", "cpu".__str__)
+    lists = run_op_lists("cpu", "bfloat16")
+    assert lists.outcome == "fail", lists.reason
+    assert "autocast did not engage: raises AssertionError: Tried to use AMP" in lists.reason
+    parity = run("accuracy_parity")
+    assert parity.outcome == "fail", parity.reason
+    assert set(failed(parity)) == {f"{m}: autocast engaged" for m in cases.AMP_MODES["cpu"]}
+
+
+def test_the_lists_check_fails_when_torch_raises_in_their_worker():
+    entry = run_op_lists("cpu", "bfloat16", setup=lists_cannot_be_built)
+    assert entry.outcome == "fail", entry.reason
+    assert list(failed(entry)) == ["the lists run to the end in their worker"]
+    detail = failed(entry)["the lists run to the end in their worker"]
+    assert "(at testing/_internal/autocast_test_lists.py:" in detail, detail
 
 
 # ---- accuracy parity ----------------------------------------------------------------------

@@ -88,6 +88,15 @@ def run_hybrid(ctx: Context, spec: workers.Spec, timeout_s: float = LAUNCH_TIMEO
                       grace_s=GRACE_S, label=LABEL, started=started)
 
 
+def hybrid_finishes(ctx: Context, spec: workers.Spec) -> list[dict[str, Any]] | None:
+    """The hybrid's results; None when torch raised in one of its processes, which fails the
+    check that it runs to the end, with the error and where torch raised it."""
+    with ctx.exercising("trainers and parameter server run the hybrid to the end without an "
+                        "error"):
+        return run_hybrid(ctx, spec)
+    return None
+
+
 def new_spec(task: str, mode: str, device: str, batches: list, shape: Shape,
              **kw: Any) -> workers.Spec:
     """A run of the hybrid with the suite's optimizer and seeded initial parameters."""
@@ -118,7 +127,8 @@ def matches_reference(ctx: Context) -> None:
     shape = Shape()
     batches = make_batches(shape, steps)
     spec = new_spec("train", mode, ctx.device, batches, shape)
-    res = run_hybrid(ctx, spec)
+    if (res := hybrid_finishes(ctx, spec)) is None:
+        return
     ref = reference_training(shape, spec.init, batches, mode, spec.optim)
 
     rows = []
@@ -173,7 +183,8 @@ def mirrored_pairs(ctx: Context) -> None:
     shape = Shape()
     batches = [[b[0], b[0].mirrored()] for b in make_batches(shape, 3)]
     spec = new_spec("grads", mode, ctx.device, batches, shape, loss="signed")
-    res = run_hybrid(ctx, spec)
+    if (res := hybrid_finishes(ctx, spec)) is None:
+        return
     dense_max, zero, emb_nonzero, opposite = 0.0, True, True, True
     for step in range(len(batches)):
         per_trainer = [res[r]["steps"][step]["dist"] for r in TRAINER_RANKS]
@@ -202,7 +213,8 @@ def dist_grads_equal_local(ctx: Context) -> None:
     shape = Shape()
     batches = make_batches(shape, 3)
     spec = new_spec("grads", mode, ctx.device, batches, shape, local_check=True)
-    res = run_hybrid(ctx, spec)
+    if (res := hybrid_finishes(ctx, spec)) is None:
+        return
     worst = 0.0
     for rank in TRAINER_RANKS:
         for part in ("dense", "embedding"):

@@ -39,6 +39,30 @@ def passed(entry: Result) -> set[str]:
     return {c.name for c in entry.checks if c.passed}
 
 
+def init_refused() -> None:
+    """init_rpc refuses to start the group: torch's own argument check raises in every
+    process (a TypeError in torch/distributed/rpc/__init__.py), as a broken init would."""
+    import functools
+
+    from torch.distributed import rpc
+
+    rpc.init_rpc = functools.partial(rpc.init_rpc, backend="not a backend")
+
+
+@pytest.mark.parametrize(("name", "params"), [("matches_reference", {"ddp": "inside"}),
+                                              ("mirrored_pairs", {"ddp": "inside"}),
+                                              ("dist_grads_equal_local", {"ddp": "inside"})])
+def test_torch_raising_in_a_process_fails_the_hybrids_check(name, params):
+    """Not an error of the case: the check that the hybrid runs to the end fails, naming
+    what torch raised and where."""
+    entry = run(name, params, init_refused)
+    assert entry.outcome == "fail", entry.reason
+    detail = {c.name: c.detail for c in entry.checks if not c.passed}
+    assert list(detail) == ["trainers and parameter server run the hybrid to the end without "
+                            "an error"]
+    assert "(at distributed/rpc/__init__.py:" in next(iter(detail.values()))
+
+
 def test_reference_checks_fail_without_ddp_allreduce():
     entry = run("matches_reference", {"ddp": "inside"}, ddp_allreduce_disabled)
     assert entry.outcome == "fail", entry.reason

@@ -64,6 +64,8 @@ def available(names: tuple[str, ...] = API_NAMES) -> tuple[tuple[str, ...], dict
             have.append(api)
         except (ImportError, AttributeError) as e:
             missing[api] = f"{type(e).__name__}: {e}"
+        except Exception:  # there, but raising: the case's checks say what broke
+            have.append(api)
     return tuple(have), missing
 
 

@@ -137,46 +137,47 @@ def known_allocations(ctx: Context) -> None:
               for f, d, s in allocs]
     rows = [{"case": label} for label in labels]
     for api in _apis(ctx):
-        with apis.open_profiler(api, device) as prof:
-            for j in range(CONTROL_REGIONS):  # the region's own bytes: nothing allocated in it
-                with autograd_profiler.record_function(f"empty {j}"):
-                    pass
-            for i, (factory, dtype, shape) in enumerate(allocs):
-                if cuda:  # a fresh segment each time, so that the block rule applies
-                    torch.cuda.empty_cache()
-                    before = torch.cuda.memory_allocated()  # gpu-only: the caching allocator
-                with autograd_profiler.record_function(f"alloc {i}"):
-                    t = FACTORIES[factory](shape, dtype=dtype, device=device)
-                rows[i]["bytes"] = apis.storage(t).nbytes()
-                if cuda:
-                    rows[i]["allocator_B"] = torch.cuda.memory_allocated() - before
-                with autograd_profiler.record_function(f"free {i}"):
-                    del t
-        found = apis.regions(prof, [f"{k} {i}" for i in range(len(allocs))
-                                    for k in ("alloc", "free")]
-                             + [f"empty {j}" for j in range(CONTROL_REGIONS)])
-        own = region_cost(ctx, api, [apis.event_bytes(found[f"empty {j}"], device)
-                                     for j in range(CONTROL_REGIONS)])
-        for i, row in enumerate(rows):
-            row["truth_B"] = truth.device_bytes(row["bytes"], device)
-            row[f"{api}_B"] = apis.event_bytes(found[f"alloc {i}"], device) - own
-            row[f"{api}_free_B"] = apis.event_bytes(found[f"free {i}"], device) - own
-        _all_exact(ctx, f"{api}: allocations report the true bytes",
-                   [(r["case"], r["truth_B"], r[f"{api}_B"]) for r in rows])
-        _all_exact(ctx, f"{api}: frees report the same bytes, negative",
-                   [(r["case"], -r["truth_B"], r[f"{api}_free_B"]) for r in rows])
-        if cuda:
-            _all_exact(ctx, f"{api}: bytes equal the allocator's allocated-bytes delta",
-                       [(r["case"], r["allocator_B"], r[f"{api}_B"]) for r in rows])
-        for r in rows:  # the largest miss of any API so far, allocation or free
-            r["error_B"] = max(r.get("error_B", 0), abs(r[f"{api}_B"] - r["truth_B"]),
-                               abs(r[f"{api}_free_B"] + r["truth_B"]))
-        worst = max(max(abs(r[f"{api}_B"] - r["truth_B"]), abs(r[f"{api}_free_B"] + r["truth_B"]))
-                    for r in rows)
-        ctx.metric("max_abs_error", worst, labels={"api": api},
-                   unit="B", kind="error", better="lower")
+        with ctx.exercising(f"{api}: profiles the known allocations"):
+            with apis.open_profiler(api, device) as prof:
+                for j in range(CONTROL_REGIONS):  # the region's own bytes: nothing allocated in it
+                    with autograd_profiler.record_function(f"empty {j}"):
+                        pass
+                for i, (factory, dtype, shape) in enumerate(allocs):
+                    if cuda:  # a fresh segment each time, so that the block rule applies
+                        torch.cuda.empty_cache()
+                        before = torch.cuda.memory_allocated()  # gpu-only: the caching allocator
+                    with autograd_profiler.record_function(f"alloc {i}"):
+                        t = FACTORIES[factory](shape, dtype=dtype, device=device)
+                    rows[i]["bytes"] = apis.storage(t).nbytes()
+                    if cuda:
+                        rows[i]["allocator_B"] = torch.cuda.memory_allocated() - before
+                    with autograd_profiler.record_function(f"free {i}"):
+                        del t
+            found = apis.regions(prof, [f"{k} {i}" for i in range(len(allocs))
+                                        for k in ("alloc", "free")]
+                                 + [f"empty {j}" for j in range(CONTROL_REGIONS)])
+            own = region_cost(ctx, api, [apis.event_bytes(found[f"empty {j}"], device)
+                                         for j in range(CONTROL_REGIONS)])
+            for i, row in enumerate(rows):
+                row["truth_B"] = truth.device_bytes(row["bytes"], device)
+                row[f"{api}_B"] = apis.event_bytes(found[f"alloc {i}"], device) - own
+                row[f"{api}_free_B"] = apis.event_bytes(found[f"free {i}"], device) - own
+            _all_exact(ctx, f"{api}: allocations report the true bytes",
+                       [(r["case"], r["truth_B"], r[f"{api}_B"]) for r in rows])
+            _all_exact(ctx, f"{api}: frees report the same bytes, negative",
+                       [(r["case"], -r["truth_B"], r[f"{api}_free_B"]) for r in rows])
+            if cuda:
+                _all_exact(ctx, f"{api}: bytes equal the allocator's allocated-bytes delta",
+                           [(r["case"], r["allocator_B"], r[f"{api}_B"]) for r in rows])
+            for r in rows:  # the largest miss of any API so far, allocation or free
+                r["error_B"] = max(r.get("error_B", 0), abs(r[f"{api}_B"] - r["truth_B"]),
+                                   abs(r[f"{api}_free_B"] + r["truth_B"]))
+            worst = max(max(abs(r[f"{api}_B"] - r["truth_B"]),
+                            abs(r[f"{api}_free_B"] + r["truth_B"])) for r in rows)
+            ctx.metric("max_abs_error", worst, labels={"api": api},
+                       unit="B", kind="error", better="lower")
     for r in rows:
-        r["error_B"] = r.pop("error_B")  # last column
+        r["error_B"] = r.pop("error_B", None)  # last column (None: no API got that far)
     ctx.metric("allocations", len(rows), "", kind="count")
     ctx.table("accuracy", rows, show=True)
     if cuda:
@@ -240,27 +241,29 @@ def resnet18_ops(ctx: Context) -> None:
     notes_rows = {op: {"op": op, "release_1.6": f"{mem} ({self_mem} self, {calls} calls)"}
                   for op, (mem, self_mem, calls) in RELEASE_NOTES.items()}
     for api in _apis(ctx):
-        passes = [_profiled_forward(api, model, x, device) for _ in range(ctx.settings["passes"])]
-        exact = _check_each_op(ctx, api, expected, passes, rows)
-        ctx.metric("exact_passes", exact, "passes", kind="count", better="higher",
-                   labels={"api": api})
-        ops, region, delta = passes[0]
-        total[f"{api}_B"] = apis.event_bytes(region, device)
-        if cuda:
-            ctx.check(f"{api}: forward total equals the allocator's delta",
-                      total[f"{api}_B"] == delta,
-                      f"reported {total[f'{api}_B']} B, memory_allocated grew {delta} B")
-        else:
-            ctx.check(f"{api}: forward total equals analytic",
-                      total[f"{api}_B"] == total["analytic_B"],
-                      f"reported {total[f'{api}_B']} B, analytic {total['analytic_B']} B")
-        if not cuda and tuple(x.shape) == NOTES_INPUT:
-            _release_notes_checks(ctx, api, ops)
-        for op, row in notes_rows.items():
-            got = ops.get(op)
-            row[api] = (f"{fmt_memory(apis.event_bytes(got, device))} "
-                        f"({fmt_memory(apis.self_bytes(got, device))} self, {got.count} calls)"
-                        if got else "not recorded")
+        with ctx.exercising(f"{api}: profiles resnet18's forward"):
+            passes = [_profiled_forward(api, model, x, device)
+                      for _ in range(ctx.settings["passes"])]
+            exact = _check_each_op(ctx, api, expected, passes, rows)
+            ctx.metric("exact_passes", exact, "passes", kind="count", better="higher",
+                       labels={"api": api})
+            ops, region, delta = passes[0]
+            total[f"{api}_B"] = apis.event_bytes(region, device)
+            if cuda:
+                ctx.check(f"{api}: forward total equals the allocator's delta",
+                          total[f"{api}_B"] == delta,
+                          f"reported {total[f'{api}_B']} B, memory_allocated grew {delta} B")
+            else:
+                ctx.check(f"{api}: forward total equals analytic",
+                          total[f"{api}_B"] == total["analytic_B"],
+                          f"reported {total[f'{api}_B']} B, analytic {total['analytic_B']} B")
+            if not cuda and tuple(x.shape) == NOTES_INPUT:
+                _release_notes_checks(ctx, api, ops)
+            for op, row in notes_rows.items():
+                got = ops.get(op)
+                row[api] = (f"{fmt_memory(apis.event_bytes(got, device))} "
+                            f"({fmt_memory(apis.self_bytes(got, device))} self, {got.count} calls)"
+                            if got else "not recorded")
     ctx.table("per_op", _with_error_column(list(rows.values()) + [total]), show=True)
     if not cuda:  # the release notes' table is of a CPU run
         ctx.table("release_notes", list(notes_rows.values()), show=True)
@@ -373,35 +376,37 @@ def peak_memory(ctx: Context) -> None:
             device, "off", batch=ctx.settings["step_batch"], image=ctx.settings["step_image"])
     rows = []
     for api in _apis(ctx, apis.KINETO_APIS):
-        for name, fn in workloads.items():
-            fn()  # warm-up: lazy workspaces are not part of the step's peak
-            _sync(device)
-            if cuda:
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats()
-                base = torch.cuda.memory_allocated()
-            with apis.open_profiler(api, device) as prof:
-                fn()
+        with ctx.exercising(f"{api}: records the memory of each program"):
+            for name, fn in workloads.items():
+                fn()  # warm-up: lazy workspaces are not part of the step's peak
                 _sync(device)
-            peak, final = apis.peak_live(apis.memory_records(prof, device))
-            row = {"case": f"{name} [{api}]", "analytic_B": analytic if fn is run else None}
-            if cuda:
-                row["max_memory_allocated_B"] = torch.cuda.max_memory_allocated() - base
-            row["reconstructed_B"] = peak
-            want = row["max_memory_allocated_B"] if cuda else analytic
-            row["error_B"] = peak - want
-            rows.append(row)
-            ctx.check(f"{api}: {name} peak equals "
-                      f"{'max_memory_allocated' if cuda else 'the analytic peak'}",
-                      peak == want, f"reconstructed {peak} B, truth {want} B")
-            if fn is run:
                 if cuda:
-                    ctx.check(f"{api}: {name} peak equals the analytic peak",
-                              peak == analytic, f"reconstructed {peak} B, analytic {analytic} B")
-                ctx.check(f"{api}: {name} frees balance allocations", final == 0,
-                          f"{final} B still live at the end by the records")
-            ctx.metric("peak_abs_error", abs(peak - want), "B", kind="error",
-                       better="lower", labels={"api": api, "program": name})
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()
+                    base = torch.cuda.memory_allocated()
+                with apis.open_profiler(api, device) as prof:
+                    fn()
+                    _sync(device)
+                peak, final = apis.peak_live(apis.memory_records(prof, device))
+                row = {"case": f"{name} [{api}]", "analytic_B": analytic if fn is run else None}
+                if cuda:
+                    row["max_memory_allocated_B"] = torch.cuda.max_memory_allocated() - base
+                row["reconstructed_B"] = peak
+                want = row["max_memory_allocated_B"] if cuda else analytic
+                row["error_B"] = peak - want
+                rows.append(row)
+                ctx.check(f"{api}: {name} peak equals "
+                          f"{'max_memory_allocated' if cuda else 'the analytic peak'}",
+                          peak == want, f"reconstructed {peak} B, truth {want} B")
+                if fn is run:
+                    if cuda:
+                        ctx.check(f"{api}: {name} peak equals the analytic peak",
+                                  peak == analytic,
+                                  f"reconstructed {peak} B, analytic {analytic} B")
+                    ctx.check(f"{api}: {name} frees balance allocations", final == 0,
+                              f"{final} B still live at the end by the records")
+                ctx.metric("peak_abs_error", abs(peak - want), "B", kind="error",
+                           better="lower", labels={"api": api, "program": name})
     ctx.table("peak", rows, show=True)
     ctx.note("the legacy API keeps no time-stamped memory records: peaks cover the Kineto "
              "APIs (torch.profiler.profile, torch.autograd.profiler.profile)")
@@ -499,27 +504,28 @@ def timing_accuracy(ctx: Context) -> None:
     checked = [region_label(d) for d in durations if d >= MIN_CHECKED_S]
     rows = {lb: {"case": f"{'cuda._sleep' if cuda else 'busy-wait'} {lb}"} for lb in labels}
     for api in _apis(ctx):
-        sessions = [_timed_session(api, device, durations) for _ in range(first)]
-        while len(sessions) < cap and _undecided(sessions, checked):
-            sessions.append(_timed_session(api, device, durations))
-        for lb in labels:
-            errors = [s.errors[lb] for s in sessions]
-            mean, low, high = stats.mean_ci(errors)
-            rows[lb][f"{api}_error_%"] = mean * 100
-            rows[lb][f"{api}_interval_%"] = f"[{low * 100:+.2f}, {high * 100:+.2f}]"
-            if lb in checked:
-                ctx.check_within(f"{api}: {lb} region within {TIME_TOLERANCE:.0%}", errors,
-                                 TIME_TOLERANCE, fmt=lambda x: f"{x:+.2%}")
-            ctx.metric("time_error", abs(mean) * 100, "%", kind="error", better="lower",
-                       labels={"api": api, "region": lb}, samples=[e * 100 for e in errors],
-                       ci=(low * 100, high * 100))
-        ctx.metric("clock_scale", statistics.median(s.clock_scale for s in sessions) * 100,
-                   "%", kind="error", better="lower", labels={"api": api},
-                   samples=[s.clock_scale * 100 for s in sessions])
-        ctx.metric("region_offset", statistics.median(s.offset_s for s in sessions), "s",
-                   kind="error", better="lower", labels={"api": api},
-                   samples=[s.offset_s for s in sessions])
-        ctx.metric("sessions", len(sessions), "sessions", kind="count", labels={"api": api})
+        with ctx.exercising(f"{api}: times the known regions"):
+            sessions = [_timed_session(api, device, durations) for _ in range(first)]
+            while len(sessions) < cap and _undecided(sessions, checked):
+                sessions.append(_timed_session(api, device, durations))
+            for lb in labels:
+                errors = [s.errors[lb] for s in sessions]
+                mean, low, high = stats.mean_ci(errors)
+                rows[lb][f"{api}_error_%"] = mean * 100
+                rows[lb][f"{api}_interval_%"] = f"[{low * 100:+.2f}, {high * 100:+.2f}]"
+                if lb in checked:
+                    ctx.check_within(f"{api}: {lb} region within {TIME_TOLERANCE:.0%}", errors,
+                                     TIME_TOLERANCE, fmt=lambda x: f"{x:+.2%}")
+                ctx.metric("time_error", abs(mean) * 100, "%", kind="error", better="lower",
+                           labels={"api": api, "region": lb}, samples=[e * 100 for e in errors],
+                           ci=(low * 100, high * 100))
+            ctx.metric("clock_scale", statistics.median(s.clock_scale for s in sessions) * 100,
+                       "%", kind="error", better="lower", labels={"api": api},
+                       samples=[s.clock_scale * 100 for s in sessions])
+            ctx.metric("region_offset", statistics.median(s.offset_s for s in sessions), "s",
+                       kind="error", better="lower", labels={"api": api},
+                       samples=[s.offset_s for s in sessions])
+            ctx.metric("sessions", len(sessions), "sessions", kind="count", labels={"api": api})
     ctx.table("timing_accuracy", list(rows.values()), show=True)
     ctx.details["clocksource"] = truth.clocksource()
     ctx.note(f"tolerance {TIME_TOLERANCE:.0%} of the true duration: the mean over profiler "

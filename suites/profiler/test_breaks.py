@@ -11,6 +11,7 @@ break; the union of the breaks' failures is the case's whole set of checks.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partialmethod
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,28 @@ def test_each_check_fails_under_a_break(monkeypatch, name: str, device: str) -> 
         assert entry.outcome == "fail", f"{brk}: {entry.outcome}: {entry.reason}"
         caught |= failed(entry)
     assert caught == checks, f"never failed: {sorted(checks - caught)}"
+
+
+# the behaviour each case exercises per profiler API, whose check fails when torch raises
+EXERCISED = {"known_allocations": "profiles the known allocations",
+             "resnet18_ops": "profiles resnet18's forward",
+             "peak_memory": "records the memory of each program",
+             "timing_accuracy": "times the known regions"}
+
+
+@pytest.mark.parametrize("name", list(EXERCISED))
+def test_torch_raising_under_one_api_fails_that_apis_check_and_the_case_goes_on(
+        monkeypatch, name: str) -> None:
+    """torch.profiler.profile with a schedule that is not callable: torch raises (a
+    TypeError in torch/profiler/profiler.py) for that API only; the other APIs still run."""
+    monkeypatch.setattr(torch.profiler.profile, "__init__",
+                        partialmethod(torch.profiler.profile.__init__, schedule="not callable"))
+    entry = run(name, "cpu")
+    assert entry.outcome == "fail", entry.reason
+    bad = {c.name: c.detail for c in entry.checks if not c.passed}
+    assert list(bad) == [f"profiler: {EXERCISED[name]}"], bad
+    assert "(at profiler/profiler.py:" in bad[f"profiler: {EXERCISED[name]}"]
+    assert any(c.name.startswith("autograd: ") and c.passed for c in entry.checks)
 
 
 def test_dropped_frees_fail_exactly_the_free_checks(monkeypatch) -> None:

@@ -79,6 +79,14 @@ def _launch(ctx: Context, fn: Callable, nprocs: int, args: tuple, timeout_s: flo
     return ctx.launch(fn, nprocs, args, timeout_s=timeout_s, label="rpc worker", **kw)
 
 
+def _workers_finish(ctx: Context, fn: Callable, nprocs: int, args: tuple) -> list[Any] | None:
+    """The workers' results; None when torch raised in one of them, which fails the check
+    that they run to the end, with the error and where torch raised it."""
+    with ctx.exercising(f"the {nprocs} RPC workers start, call and shut down without an error"):
+        return _launch(ctx, fn, nprocs, args)
+    return None
+
+
 # --- workloads: the statements the benchmarks time (paths.py) --------------------------------
 
 for _build, _params, _devices, _asv_name in [
@@ -117,7 +125,10 @@ def check_crossed(ctx: Context, where: dict[str, Any]) -> bool:
 def roundtrip(ctx: Context) -> None:
     """Tensors of 11 dtypes and odd layouts round-trip bit for bit, through a Python function
     and a builtin op."""
-    ((where, res), _) = _launch(ctx, workers.roundtrip, 2, (GroupSpec(device=ctx.device),))
+    spec = GroupSpec(device=ctx.device)
+    if (ran := _workers_finish(ctx, workers.roundtrip, 2, (spec,))) is None:
+        return
+    ((where, res), _) = ran
     if not check_crossed(ctx, where):
         return
     for r in res:
@@ -133,7 +144,9 @@ KEEP_TYPE = ("ValueError", "TypeError")
 def remote_exception(ctx: Context) -> None:
     """A remote function's exception reaches the caller with its message, and with its type
     for ValueError and TypeError (other types: the type's name, in a RuntimeError)."""
-    ((where, res), _) = _launch(ctx, workers.remote_exception, 2, (GroupSpec(),))
+    if (ran := _workers_finish(ctx, workers.remote_exception, 2, (GroupSpec(),))) is None:
+        return
+    ((where, res), _) = ran
     if not check_crossed(ctx, where):
         return
     rows = []
@@ -171,7 +184,10 @@ def rpc_timeout(ctx: Context) -> None:
     """A slow remote call raises once its timeout (per call, or the agent's rpc_timeout)
     has passed, within the stated slack; a call shorter than its timeout completes."""
     spec = GroupSpec(rpc_timeout=TIMEOUT_DEFAULT_S)
-    (res, _) = _launch(ctx, workers.timeouts, 2, (spec, TIMEOUT_PER_CALL_S, SLOW_CALL_S))
+    if (ran := _workers_finish(ctx, workers.timeouts, 2,
+                               (spec, TIMEOUT_PER_CALL_S, SLOW_CALL_S))) is None:
+        return
+    (res, _) = ran
     for name, limit in (("rpc_sync timeout=", TIMEOUT_PER_CALL_S),
                         ("rpc_async timeout=", TIMEOUT_PER_CALL_S),
                         ("default rpc_timeout=", TIMEOUT_DEFAULT_S)):
@@ -229,7 +245,9 @@ def worker_killed(ctx: Context) -> None:
 def async_execution(ctx: Context) -> None:
     """@rpc.functions.async_execution: the release notes' example returns tensor([3., 3.]);
     chained, nested and fan-out forms work; a non-Future return raises the documented error."""
-    (res, _, _) = _launch(ctx, workers.async_functions, 3, (GroupSpec(),))
+    if (ran := _workers_finish(ctx, workers.async_functions, 3, (GroupSpec(),))) is None:
+        return
+    (res, _, _) = ran
     if not check_crossed(ctx, res["crossed"]):
         return
     one = torch.ones(2)
@@ -268,7 +286,9 @@ def async_batch_no_deadlock(ctx: Context) -> None:
     """The tutorial's batched update with async_execution serves 8 concurrent requests on a
     server with 2 RPC threads, without deadlock, and each gets the batch's new weights."""
     args = (GroupSpec(), BATCH_THREADS, BATCH_REQUESTS, paths.BATCH_NUMEL, BATCH_TIMEOUT_S)
-    (res, _) = _launch(ctx, workers.batch_no_deadlock, 2, args)
+    if (ran := _workers_finish(ctx, workers.batch_no_deadlock, 2, args)) is None:
+        return
+    (res, _) = ran
     if not check_crossed(ctx, res["crossed"]):
         return
     errors = [o["error"] for o in res["outcomes"] if o["error"]]

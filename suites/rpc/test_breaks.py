@@ -133,6 +133,12 @@ def async_execution_blocking() -> None:
     rpc.functions.async_execution = blocking
 
 
+def init_refused() -> None:
+    """init_rpc refuses to start the group: torch's own argument check raises in every
+    worker (a TypeError in torch/distributed/rpc/__init__.py), as a broken init would."""
+    rpc.init_rpc = functools.partial(rpc.init_rpc, backend="not a backend")
+
+
 def _broken(case_name: str, setup) -> Result:
     """The case's result entry, `setup` having run in each of its workers."""
     return execute(cases.suite.case(case_name), "cpu", {}, "quick", worker_setup=setup)
@@ -156,6 +162,21 @@ def test_every_check_fails_under_its_break(case, breaks):
     # every check but the one that the calls crossed to the callee, which they still do
     crossing = {c.name for c in entry.checks if c.name.startswith("calls ran on")}
     assert entry.checks and _failed(entry) == {c.name for c in entry.checks} - crossing
+
+
+@pytest.mark.parametrize(("case", "workers"), [
+    ("roundtrip", 2), ("remote_exception", 2), ("rpc_timeout", 2), ("async_execution", 3),
+    ("async_batch_no_deadlock", 2)])
+def test_torch_raising_in_a_worker_fails_the_workers_check(case, workers):
+    """Not an error of the case: the check that the workers run to the end fails, naming
+    what torch raised and where."""
+    entry = _broken(case, init_refused)
+    assert entry.outcome == "fail", entry.reason
+    detail = {c.name: c.detail for c in entry.checks if not c.passed}
+    assert list(detail) == [f"the {workers} RPC workers start, call and shut down without an "
+                            "error"]
+    assert "Argument backend must be a member of BackendType" in next(iter(detail.values()))
+    assert "(at distributed/rpc/__init__.py:" in next(iter(detail.values()))
 
 
 def test_a_round_trip_whose_call_fails_is_a_failed_check_with_the_error():

@@ -1,0 +1,68 @@
+"""`Context.exercising`: torch raising while a case exercises a documented behaviour is that
+behaviour's check failing, the case going on; the harness's own exception still errors it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.cases import Context, raised_in_torch
+from harness.running import launch
+
+
+def test_an_exception_torch_raises_fails_the_behaviours_check_and_the_case_goes_on():
+    ctx = Context(device="cpu", profile="quick", params={})
+    with ctx.exercising("GradScaler refuses a growth factor of 1"):
+        torch.amp.GradScaler("cpu", growth_factor=1.0)  # torch's own AssertionError
+    ctx.check("next behaviour", True)
+    first, second = ctx.checks
+    assert (first.name, first.passed) == ("GradScaler refuses a growth factor of 1", False)
+    assert first.detail.startswith("torch raised AssertionError: The growth factor must be")
+    assert "(at amp/grad_scaler.py:" in first.detail
+    assert second.passed
+
+
+def test_an_exception_of_the_harness_is_an_error_not_a_check():
+    ctx = Context(device="cpu", profile="quick", params={})
+    with pytest.raises(KeyError), ctx.exercising("a behaviour"):
+        {}["missing"]
+    assert ctx.checks == []
+
+
+def test_where_torch_raised_is_its_innermost_frame():
+    try:
+        torch.amp.GradScaler("cpu", backoff_factor=2.0)
+    except AssertionError as e:
+        assert raised_in_torch(e).startswith("amp/grad_scaler.py:")
+    try:
+        raise ValueError("here")
+    except ValueError as e:
+        assert raised_in_torch(e) is None
+
+
+def _worker_raised(last_file: str) -> launch.LaunchError:
+    sent = ('Traceback (most recent call last):\n'
+            '  File "/somewhere/suites/ddp_rpc/workers.py", line 10, in hybrid_worker\n'
+            '    rpc.shutdown()\n'
+            f'  File "{last_file}", line 42, in shutdown\n'
+            '    raise RuntimeError("boom")\n'
+            'RuntimeError: boom\n')
+    return launch.LaunchError([launch.WorkerFailure(1, "exception", "raised RuntimeError: boom",
+                                                    sent)], label="hybrid")
+
+
+def test_a_worker_that_torch_raised_in_fails_the_behaviours_check():
+    in_torch = f"{Path(torch.__file__).parent}/distributed/rpc/api.py"
+    assert raised_in_torch(_worker_raised(in_torch)) == "distributed/rpc/api.py:42"
+    ctx = Context(device="cpu", profile="quick", params={})
+    with ctx.exercising("the hybrid trains to the end"):
+        raise _worker_raised(in_torch)
+    (check,) = ctx.checks
+    assert not check.passed
+    assert check.detail == ("hybrid rank 1 raised RuntimeError: boom "
+                            "(at distributed/rpc/api.py:42)")
+    # a worker that failed in the harness's own code is an error of the case
+    with pytest.raises(launch.LaunchError), ctx.exercising("the hybrid trains to the end"):
+        raise _worker_raised("/somewhere/suites/ddp_rpc/workers.py")
