@@ -4,7 +4,8 @@
     python scripts/power.py run [--name NAME] [--only PLANT ...] [--skip-tests]
     python scripts/power.py compare BEFORE.json AFTER.json
 
-`run` writes results/validation/power/<date>-<NAME>.json (date, commit, machine) with:
+`run` writes results/validation/power/<date>-<NAME>.json (date, commit, machine; a record of
+the same commit begun earlier goes on where it stopped, so that it can run in parts) with:
 
 - tests: the outcome of every test that breaks a feature on purpose (each suite's
   test_breaks.py: its feature-off and break tests; the telemetry suite's broken readings;
@@ -186,17 +187,22 @@ def run(name: str, only: list[str], skip_tests: bool) -> Path:
            "machine": machine.machine_name(), "started": started.isoformat(timespec="seconds"),
            "tests": {}, "plants": {}}
     path = RECORDS / f"{doc['date']}-{name}.json"
+    if path.exists():  # a record of this commit begun earlier goes on where it stopped
+        earlier = json.loads(path.read_text())
+        if earlier["commit"] == doc["commit"]:
+            doc = earlier
     with tempfile.TemporaryDirectory() as tmp:
-        if not skip_tests:
+        if not skip_tests and not doc["tests"]:
             doc["tests"] = run_tests(Path(tmp))
             print(f"break tests: {sum(v == 'passed' for v in doc['tests'].values())} of "
                   f"{len(doc['tests'])} passed", flush=True)
         for plant_name, plant in PLANTS.items():
-            if only and plant_name not in only:
+            if (only and plant_name not in only) or plant_name in doc["plants"]:
                 continue
             doc["plants"][plant_name] = run_plant(plant_name, plant, Path(tmp))
             records.write_json_atomic(path, doc)  # what is done so far survives a stop
-    doc["minutes"] = round((datetime.now(UTC) - started).total_seconds() / 60, 1)
+    doc["minutes"] = round(doc.get("minutes", 0)
+                           + (datetime.now(UTC) - started).total_seconds() / 60, 1)
     records.write_json_atomic(path, doc)
     return path
 
