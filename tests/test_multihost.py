@@ -6,6 +6,7 @@ dies mid-run; bad input; and the netns ground-truth check where root and `ip net
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import json
 import os
@@ -574,23 +575,37 @@ def test_a_host_whose_agent_ended_first_polls_for_node_0s_status():
     assert shared.checks <= 2 * (took / nodes.POLL_S + 3)  # two looks a round
 
 
-def test_the_death_signal_a_node_agent_gives_its_torchrun_is_sigterm():
-    """`multihost` starts torchrun with this set in the child (PR_SET_PDEATHSIG): whatever
-    ends the command, even SIGKILL, its torchrun gets SIGTERM. Set here on this process and
-    read back (PR_GET_PDEATHSIG), then put back as it was."""
-    import ctypes
+# A parent that starts a long sleeper the way `multihost` starts torchrun, prints its pid,
+# then waits to be killed.
+_PARENT = """
+import subprocess, sys, time
+from harness.running import nodes
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                         start_new_session=True, preexec_fn=nodes._end_with_parent)
+print(child.pid, flush=True)
+time.sleep(120)
+"""
 
-    libc = ctypes.CDLL(None, use_errno=True)
 
-    def pdeathsig() -> int:
-        sig = ctypes.c_int()
-        assert libc.prctl(2, ctypes.byref(sig)) == 0  # PR_GET_PDEATHSIG
-        return sig.value
-
-    before = pdeathsig()
+def test_a_torchrun_started_as_multihost_starts_it_ends_when_its_command_is_killed():
+    """`multihost` starts torchrun in a session of its own with a death signal
+    (nodes._end_with_parent): a SIGKILL of the command, which runs no clean-up, still ends
+    its torchrun, by SIGTERM, instead of leaving it running."""
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE)
+    child = psutil.Process(int(parent.stdout.readline()))
     try:
-        nodes._end_with_parent()
-        assert pdeathsig() == signal.SIGTERM
+        assert child.is_running() and child.status() != psutil.STATUS_ZOMBIE
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and child.is_running() and \
+                child.status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.05)
+        gone = not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        gone = True
     finally:
-        libc.prctl(nodes.PR_SET_PDEATHSIG, before)
-    assert pdeathsig() == before
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+    assert gone, "the child outlived its parent's SIGKILL"

@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from harness.adapters.pytest_adapter import unbroken
 from harness.records import Result
 from harness.running.runner import execute
 from suites.amp import cases
@@ -225,9 +226,7 @@ def test_an_autocast_that_refuses_its_dtype_fails_the_op_lists(monkeypatch, refu
 
 @pytest.mark.distributed
 def test_missing_lists_skip_with_the_reason():
-    entry = execute(cases.suite.case("autocast_op_lists"), "cpu", {"dtype": "bfloat16"},
-                    "quick")
-    assert entry.outcome == "pass"
+    unbroken(cases.suite.case("autocast_op_lists"), "cpu", {"dtype": "bfloat16"})
     broken = run_op_lists("cpu", "bfloat16", setup=lists_missing)
     assert broken.outcome == "skip"
     assert "autocast_test_lists does not import" in broken.reason
@@ -367,7 +366,7 @@ SCALER_BREAKS = {
 @pytest.mark.parametrize("name", list(SCALER_BREAKS))
 def test_grad_scaler_check_fails_when_broken(monkeypatch, name, device):
     patches, expected = SCALER_BREAKS[name]
-    assert run("grad_scaler", device).outcome == "pass"
+    unbroken(cases.suite.case("grad_scaler"), device)
     for (owner, attr), value in patches.items():
         monkeypatch.setattr(owner, attr, value)
     entry = run("grad_scaler", device)
@@ -391,7 +390,7 @@ def _float8_linear(real):
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_parity_check_fails_when_autocast_precision_is_too_low(monkeypatch, device):
-    assert run("accuracy_parity", device).outcome == "pass"
+    unbroken(cases.suite.case("accuracy_parity"), device)
     monkeypatch.setattr(F, "linear", _float8_linear(F.linear))
     bad = failed(run("accuracy_parity", device))
     amp = cases.AMP_MODES[device]
@@ -399,6 +398,7 @@ def test_parity_check_fails_when_autocast_precision_is_too_low(monkeypatch, devi
 
 
 def test_parity_control_check_fails_when_nothing_learns(monkeypatch):
+    unbroken(cases.suite.case("accuracy_parity"), "cpu")
     monkeypatch.setattr(torch.optim.Adam, "step", lambda self, closure=None: None)
     bad = failed(run("accuracy_parity"))
     assert set(bad) == {"fp32 control learns"}, bad

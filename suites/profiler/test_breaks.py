@@ -20,6 +20,7 @@ import torch.autograd.profiler as autograd_profiler
 import torch.autograd.profiler_legacy as legacy_profiler
 from torch.autograd.profiler_util import FunctionEvent
 
+from harness.adapters.pytest_adapter import unbroken
 from harness.records import Result
 from harness.running.runner import execute
 from suites.profiler import cases
@@ -132,9 +133,7 @@ def test_every_case_is_broken_somewhere() -> None:
 
 @pytest.mark.parametrize(("name", "device"), _params())
 def test_each_check_fails_under_a_break(monkeypatch, name: str, device: str) -> None:
-    unbroken = run(name, device)
-    assert unbroken.outcome == "pass", unbroken.reason
-    checks = {c.name for c in unbroken.checks}
+    checks = {c.name for c in unbroken(cases.suite.case(name), device).checks}
     caught: set[str] = set()
     for brk in CASE_BREAKS[name]:
         with monkeypatch.context() as mp:
@@ -146,6 +145,7 @@ def test_each_check_fails_under_a_break(monkeypatch, name: str, device: str) -> 
 
 
 def test_dropped_frees_fail_exactly_the_free_checks(monkeypatch) -> None:
+    unbroken(cases.suite.case("known_allocations"), "cpu")
     drop_frees(monkeypatch)
     entry = run("known_allocations", "cpu")
     assert failed(entry) == {c.name for c in entry.checks if "frees" in c.name}
