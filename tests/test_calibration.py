@@ -180,14 +180,12 @@ def test_calibrate_passes_over_an_unreadable_calibration_and_says_why_its_ab_can
     assert path.read_text() == "{not json" and not (tmp_path / "work").exists()
 
 
+@pytest.mark.slow
 def test_calibrate_runs_an_aa_here_and_writes_the_machines_calibration(tmp_path):
     """A real calibration: an A/A campaign of the profiler's overhead (one live campaign of the
     test suite, so its ab folder is checked here too), and the calibration written from it."""
     from harness.comparing import campaign
 
-    bad = subprocess.run([BIN / "release-bench", "calibrate", "--rounds", "2"],
-                         capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "at least 3" in bad.stderr
     out = subprocess.run([BIN / "release-bench", "calibrate", "--suite", "profiler", "--case",
                           "overhead", "--rounds", "3", "--out", str(tmp_path / "cal"),
                           "--work", str(tmp_path / "work")],
