@@ -7,7 +7,10 @@ harness/ and suites/ (tests excluded: their `test_*.py`) that did not run, in tw
 
 - marked: lines whose source carries `# gpu-only: <why>`, a device call only a GPU answers
   (a kernel's launch, device synchronisation, an allocator or NVML read on the device);
-- unmarked: everything else, which CI should execute (the CUDA rehearsal, a unit test).
+- unmarked: everything else: behaviour no test looks at, to be judged one by one (would a
+  user meet it, and would a test of it fail on a defect?); a count to read, not to drive to
+  zero: a test that only executes a line catches nothing (scripts/power.py measures what the
+  tests catch).
 
 A marked line that did run is listed too: its mark is wrong. Exit status 0; 2 on bad input.
 
@@ -90,7 +93,7 @@ def report(rows: dict[str, list[tuple[int, str, bool | None]]]) -> dict[str, int
     counts = {}
     for key, title, want in (
             ("gpu_only", "only a GPU executes (marked gpu-only)", True),
-            ("unmarked", "no test executed, not marked: CI should run these", False),
+            ("unmarked", "no test executed, not marked: behaviour no test looks at", False),
             ("wrongly_marked", "marked gpu-only, yet executed: wrong marks", None)):
         print(f"== {title}")
         n = 0

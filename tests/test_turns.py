@@ -236,14 +236,16 @@ def test_round_trips_in_bursts_run_the_caller_and_the_callee_on_cpus_of_their_ow
         os.sched_getaffinity(0))
 
 
-def test_bad_bursts_options_are_one_line_and_exit_2():
+def test_bad_bursts_options_are_one_line_and_exit_2(capsys, monkeypatch):
+    from test_cli import in_process
+
+    monkeypatch.chdir(ROOT)
     for args, said in (
             (["ab", ".venv", ".venv", "--duet", "--bursts"], "choose one design"),
             (["ab", ".venv", ".venv", "--bursts", "--suite", "fork_wait"],
              "none of the selected benchmarks can run in bursts"),
             (["run", "--suite", "rpc", "--turns", "C@/nowhere"], "expected SIDE@SOCKET")):
-        out = subprocess.run([BIN / "release-bench", *args], capture_output=True, text=True,
-                             cwd=ROOT, timeout=120)
+        out = in_process(capsys, *args)
         assert out.returncode == 2, (args, out.stderr)
         assert out.stderr.strip().count("\n") == 0 and said in out.stderr, out.stderr
 
