@@ -32,6 +32,10 @@ FAMILIES = (*WITH_DATASHEET, "L4", "V100")
 # the smallest work that runs every line: one matmul side, a step of two short sequences
 GEMM = {"sizes": (64,)}
 STEP = {"model": "encoder", "batch": 2, "side": 16}
+# accuracy_parity's training, shortened where it must pass: 50 full-batch steps remove 96% of
+# the loss on the CPU (the case asks 80%), and the modes still end within 0.1% of each other
+# (it allows 5%); the float8 break needs the whole 200 to take fp16 past 5%
+PARITY_STEPS = 50
 
 
 def failed(entry) -> set[str]:
@@ -113,7 +117,8 @@ def test_step_memory_counts_the_new_gradients_in_blocks(cuda_rehearsal):
     assert not grads <= wrong.net <= grads + 512 * len(params)
 
 
-def test_a_gpu_without_bfloat16(cuda_rehearsal):
+def test_a_gpu_without_bfloat16(cuda_rehearsal, monkeypatch):
+    monkeypatch.setitem(training.PARITY, "steps", PARITY_STEPS)
     r = cuda_rehearsal("V100")
     entry = r.run(amp.suite, "accuracy_parity")
     assert entry.outcome == "pass", entry.reason

@@ -399,6 +399,10 @@ def test_parity_check_fails_when_autocast_precision_is_too_low(monkeypatch, devi
 
 def test_parity_control_check_fails_when_nothing_learns(monkeypatch):
     unbroken(cases.suite.case("accuracy_parity"), "cpu")
+    from suites.amp import training
+
+    # a control that never steps learns nothing in 20 steps as in 200
+    monkeypatch.setitem(training.PARITY, "steps", 20)
     monkeypatch.setattr(torch.optim.Adam, "step", lambda self, closure=None: None)
     bad = failed(run("accuracy_parity"))
     assert set(bad) == {"fp32 control learns"}, bad
@@ -414,7 +418,10 @@ FEATURE_OFF = {
     ("grad_scaler", "default"): ("grad_scaler", {}),
     ("accuracy_parity", "default"): ("autocast", {}),
     ("clean_exit", "trials=2"): ("autocast", {"trials": 2}),
-    ("train_step", "model=encoder"): ("autocast", {"model": "encoder"}),
+    # the smallest encoder step (what autocast off fails is the proof that it engaged, which
+    # comes before any timing)
+    ("train_step", "model=encoder-batch=2-side=16"): ("autocast", {"model": "encoder",
+                                                                    "batch": 2, "side": 16}),
     ("gemm_ladder", "default"): ("autocast", {}),
 }
 
