@@ -72,9 +72,6 @@ def pytest_benchmark_update_machine_info(config, machine_info):
 
 
 PLANTED = Path(__file__).resolve().parent / "tests" / "planted"
-# The planted breaks tests hand to launched workers by name (spawn pickles a function as its
-# module and name): importable here, and in the workers, which inherit this sys.path.
-sys.path.append(str(PLANTED))
 
 
 def _importable(module: str) -> bool:

@@ -391,14 +391,6 @@ def test_asv_vendor_says_where_the_dashboards_scripts_are(capsys):
     assert capsys.readouterr().out.startswith("asv dashboard scripts: in ")
 
 
-def test_a_suite_that_does_not_exist_is_not_loaded():
-    from harness import registry
-
-    assert "fork_wait" in registry.suite_names()
-    with pytest.raises(KeyError, match="no_such_suite"):
-        registry.load("no_such_suite")
-
-
 def test_a_duet_on_one_core_is_refused_in_one_line(monkeypatch, capsys):
     """A duet pins each side to its own core: a process allowed one core cannot hold one."""
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0})

@@ -8,8 +8,24 @@ with one break and the checks that guard against it fail.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
-from ddp_rpc_breaks import (  # tests/planted, on sys.path (conftest.py)
+
+from harness.adapters.pytest_adapter import unbroken
+from harness.records import Result
+from harness.running import launch
+from harness.running.runner import execute
+from suites.ddp_rpc import cases
+
+# The breaks live with the other planted code, out of the package; spawn pickles a hook by its
+# module's name, so that folder is on the path here and in the workers, which inherit it (and
+# wherever this module is imported: asv's discovery imports every module under suites/).
+PLANTED = str(Path(__file__).resolve().parents[2] / "tests" / "planted")
+if PLANTED not in sys.path:
+    sys.path.append(PLANTED)
+from ddp_rpc_breaks import (  # noqa: E402
     ddp_allreduce_disabled,
     dist_backward_seed_doubled,
     kill_ignored,
@@ -17,12 +33,6 @@ from ddp_rpc_breaks import (  # tests/planted, on sys.path (conftest.py)
     survivors_swallow_errors,
     victim_hangs,
 )
-
-from harness.adapters.pytest_adapter import unbroken
-from harness.records import Result
-from harness.running import launch
-from harness.running.runner import execute
-from suites.ddp_rpc import cases
 
 pytestmark = pytest.mark.distributed
 
