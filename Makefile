@@ -22,11 +22,12 @@ bench: $(STAMP)
 
 # the browser tests of the HTML pages need Debian's chromium (installed here if missing), and
 # asv's dashboard the scripts it loads (fetched once into .asv/vendor: the tests download
-# nothing)
+# nothing); each test's outcome and time go to results/scratch/pytest.xml (JUnit XML), the
+# slowest and the time by file to the end of pytest's output
 test: $(STAMP)
 	@scripts/ensure-chromium.sh
 	$(BIN)/release-bench asv-vendor
-	$(BIN)/pytest
+	$(BIN)/pytest --junitxml=results/scratch/pytest.xml
 
 report: $(STAMP)
 	$(BIN)/release-bench report

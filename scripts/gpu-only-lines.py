@@ -10,8 +10,10 @@ harness/ and suites/ (tests excluded: their `test_*.py`):
   device). CI runs them in the CUDA rehearsal against stand-ins, which show that the code
   around them works, not what the device answers; each is listed with whether a test ran it
   (one no test ran has not even met a stand-in);
-- unmarked: the statements no test executed, which CI should run (the CUDA rehearsal, a unit
-  test).
+- unmarked: the statements no test executed: behaviour no test looks at, to be judged one by
+  one (would a user meet it, and would a test of it fail on a defect?); a count to read, not
+  to drive to zero: a test that only executes a line catches nothing (scripts/power.py
+  measures what the tests catch).
 
 Exit status 0; 2 on bad input.
 
@@ -100,7 +102,7 @@ def report(rows: dict[str, list[tuple[int, str, bool, bool]]]) -> dict[str, int]
                 counts["gpu_only"] += 1
                 counts["gpu_only_unexecuted"] += not executed
     print(f"-- {counts['gpu_only']} lines, {counts['gpu_only_unexecuted']} not run\n")
-    print("== no test executed, not marked: CI should run these")
+    print("== no test executed, not marked: behaviour no test looks at")
     for rel, lines in rows.items():
         for line, text, marked, executed in lines:
             if not marked and not executed:

@@ -49,26 +49,20 @@ for pair in "$A $VA" "$B $VB"; do
   ip -n "$1" link set "$2" up
 done
 
-# one run of both suites across the namespaces; prints the record node 0 wrote
+# one run across the namespaces of the rpc round trip and the DDP+RPC reference check (one
+# pair of node agents for both); prints the folder of the record node 0 wrote
 run_pair() {
   local label=$1 dir="$OUT/$1"
   rm -rf "$dir"; mkdir -p "$dir"
-  local args=(-- --suite rpc --case round_trip --param "sizes=$SIZES"
-              --param "min_samples=$MIN_SAMPLES" --no-telemetry --out "$dir/runs")
+  local args=(-- --suite rpc --suite ddp_rpc --only round_trip --only matches_reference
+              --param "sizes=$SIZES" --param "min_samples=$MIN_SAMPLES" --no-telemetry
+              --out "$dir/runs")
   ip netns exec "$B" "$BIN/release-bench" multihost --nnodes 2 --iface "$VB" \
     --rdzv-endpoint "$ADDR_A:$PORT" "${args[@]}" >"$dir/b.log" 2>&1 &
   local b=$!
   local status=0
   ip netns exec "$A" "$BIN/release-bench" multihost --nnodes 2 --iface "$VA" \
     --rdzv-endpoint "$ADDR_A:$PORT" "${args[@]}" >"$dir/a.log" 2>&1 || status=$?
-  wait "$b" || status=$?
-  # the DDP+RPC reference check, in the same namespaces
-  local ref=(-- --suite ddp_rpc --case matches_reference --no-telemetry --out "$dir/runs")
-  ip netns exec "$B" "$BIN/release-bench" multihost --nnodes 2 --iface "$VB" \
-    --rdzv-endpoint "$ADDR_A:$PORT" "${ref[@]}" >>"$dir/b.log" 2>&1 &
-  b=$!
-  ip netns exec "$A" "$BIN/release-bench" multihost --nnodes 2 --iface "$VA" \
-    --rdzv-endpoint "$ADDR_A:$PORT" "${ref[@]}" >>"$dir/a.log" 2>&1 || status=$?
   wait "$b" || status=$?
   if [ "$status" != 0 ]; then
     echo "netns-check: the $label run failed (status $status); logs in $dir" >&2

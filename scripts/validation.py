@@ -19,6 +19,9 @@ Measurements that are not an ab of a plant (a release history's cost, a bisect, 
 a release that the harness had to answer) are findings: one JSON each in
 `results/validation/findings/` (date, commit, machine, title, text, command), listed under
 the table.
+Records of the test suite's power (`scripts/power.py run`: planted defects and the tests
+that break features on purpose, caught or missed) are in `results/validation/power/`, shown
+side by side under the findings.
 `spread` prints each family's sd of log B/A per round (per swapped pair in a duet; a family's
 figure is the 75% quantile of its members', as `calibrate` keeps it) in stored ab folders,
 planted or not: a plant moves the mean, not the spread about it.
@@ -40,6 +43,7 @@ FINDINGS = ROWS / "findings"
 PAGE = ROOT / "docs" / "validation.md"
 CALIBRATIONS = ROOT / "results" / "calibration"
 MUTATION = ROWS / "mutation"
+POWER = ROWS / "power"
 sys.path.insert(0, str(ROOT))
 
 from harness import records  # noqa: E402
@@ -184,6 +188,7 @@ def render(rows: list[dict], findings: list[dict] | None = None) -> str:
             lines.append(f"- **{r['date']}, {r['commit']}, {r['experiment']}, {r['design']}**: "
                          + "; ".join(filter(None, [r.get("note"), _stages(r)])) + ".")
     return "\n".join(lines + _finding_lines(findings) + _mutation_lines(MUTATION)
+                     + _power_lines(load_power())
                      + _calibration_lines(load_calibrations())) + "\n"
 
 
@@ -359,6 +364,58 @@ def _not_reached_lines(recs, reasons: dict) -> list[str]:
             why[key] = why.get(key, 0) + n
         text = "; ".join(f"{w}: {n}" for w, n in sorted(why.items(), key=lambda kv: -kv[1]))
         lines.append(f"- `{r.target.path}` ({r.mutants - len(r.reached)}): {text or 'none'}.")
+    return lines
+
+
+def load_power(root: Path = POWER) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(root.glob("*.json"))]
+
+
+def _power_lines(docs: list[dict]) -> list[str]:
+    """Each power record a column: every plant caught or missed (and by which test), and the
+    break tests' outcomes, those not passed by name."""
+    if not docs:
+        return []
+    docs = sorted(docs, key=lambda d: d["started"])
+    heads = [f"{d['date']}, {d['commit']}, {d['machine']}" for d in docs]
+    lines = ["", "## What the tests catch", "",
+             "Planted defects (`scripts/power.py run`, records in `results/validation/power/`): "
+             "each a feature turned off (tests/planted/feature_off.py) or a promise broken by a "
+             "factor of 2 or by one step (tests/planted/defects.py), planted in every process "
+             "of a pytest run of its area's tests (as `make test` selects them), which stops "
+             "at the first failure: **caught** names the test that failed, **missed** means "
+             "every test passed. Then the tests that break a feature on purpose themselves "
+             "(each suite's test_breaks.py, the telemetry suite's broken readings, "
+             "tests/test_feature_off.py) and the CUDA rehearsal: a pass is a catch. "
+             "Compare two records with `scripts/power.py compare BEFORE AFTER`.", "",
+             "| plant | kind | area | " + " | ".join(heads) + " |",
+             "|---|---|---|" + "---|" * len(docs)]
+    names = list(dict.fromkeys(n for d in docs for n in d["plants"]))
+    for name in names:
+        first = next(d["plants"][name] for d in docs if name in d["plants"])
+        cells = []
+        for d in docs:
+            row = d["plants"].get(name)
+            cells.append("—" if row is None else
+                         f"caught by `{row['by']}` ({row['seconds']:g} s)"
+                         if row["outcome"] == "caught" else
+                         f"{row['outcome']} ({row['seconds']:g} s)")
+        lines.append(f"| {name} (`{first['spec']}`) | {first['kind']} | "
+                     f"{', '.join(first['area'])} | " + " | ".join(cells) + " |")
+    tests = [d["tests"] for d in docs]
+    counts = []
+    for t in tests:
+        by = {v: sum(1 for o in t.values() if o == v) for v in sorted(set(t.values()))}
+        counts.append(", ".join(f"{n} {v}" for v, n in by.items()) or "not run")
+    lines.append("| tests that break a feature on purpose, and the CUDA rehearsal | | | "
+                 + " | ".join(counts) + " |")
+    for d in docs:
+        odd = sorted(k for k, v in d["tests"].items() if v not in ("passed", "skipped"))
+        if odd:
+            lines += ["", f"Not passed in the record of {d['date']}, {d['commit']}: "
+                      + ", ".join(f"`{k}` ({d['tests'][k]})" for k in odd) + "."]
+        if d.get("note"):
+            lines += ["", f"{d['date']}, {d['commit']}: {d['note']}"]
     return lines
 
 

@@ -26,6 +26,21 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-sync"]
 
 
+def needs_asv_dashboard_scripts() -> None:
+    """Skip, saying why, where the scripts asv's dashboard loads have no local copies (the
+    cache `release-bench asv-vendor` fills, which `make test` runs first): its pages would
+    fetch them from the internet, which the tests never reach."""
+    from harness.presenting import asv_dashboard
+
+    cache = asv_dashboard.vendor_cache()
+    missing = sorted({f"{name}-{version}" for name, version, _ in
+                      asv_dashboard.CDN_FILES.values()
+                      if not (cache / f"{name}-{version}.tgz").exists()})
+    if missing:
+        pytest.skip(f"asv's dashboard scripts are not in {cache} ({', '.join(missing)}): "
+                    "`release-bench asv-vendor` fetches them (make test runs it first)")
+
+
 def chromium_path() -> str:
     path = shutil.which("chromium") or shutil.which("chromium-browser")
     if not path:

@@ -86,21 +86,21 @@ def test_the_rate_has_an_exact_interval():
 
 
 def test_the_clean_exit_case_fails_on_a_planted_abort_and_gives_the_rate(planted):
-    planted("exit_abort=0.5")
+    planted("exit_abort=1")  # every process aborts at exit
     case = fork_wait_cases.suite.case("clean_exit")
-    entry = execute(case, "cpu", {"trials": 12}, "quick")
+    entry = execute(case, "cpu", {"trials": 3}, "quick")
     assert entry.outcome == "fail", entry.reason
     failed = [c for c in entry.checks if not c.passed]
-    assert len(failed) == 2  # both programs: each aborted in some of its 12 trials
+    assert len(failed) == 2  # both programs
     for check in failed:
-        assert "/12 [" in check.detail and "killed by SIGABRT" in check.detail
+        assert "3/3 [" in check.detail and "killed by SIGABRT" in check.detail
     rates = [m for m in entry.metrics if m.name == "abnormal_exit_rate"]
     assert {m.labels["program"] for m in rates} == {"release_notes", "chains"}
     for m in rates:
-        assert 0 < m.value <= 1 and m.stats["n"] == 12
-        assert m.stats["ci"][0] <= m.value <= m.stats["ci"][1]
-    assert any(name.startswith("abnormal exits") and rows
-               for name, rows in entry.tables.items())
+        assert m.value == 1 and m.stats["n"] == 3 and m.samples == [1.0, 1.0, 1.0]
+        assert m.stats["ci"] == pytest.approx(list(clean_exit.rate_interval(3, 3)))
+    for program in ("release_notes", "chains"):  # a row per abnormal trial
+        assert len(entry.tables[f"abnormal exits: {program}"]) == 3
     # each way a process ended, for the expectations' signature: the known abort, excused
     assert entry.details["failures"] and all(
         "terminate called without an active exception" in f for f in entry.details["failures"])
@@ -124,9 +124,9 @@ def test_every_suites_clean_exit_case_fails_when_its_processes_abort(planted, su
 
     planted("exit_abort=1")
     case = registry.load(suite).case("clean_exit")
-    entry = execute(case, "cpu", {"trials": 2}, "quick")
+    entry = execute(case, "cpu", {"trials": 1}, "quick")
     assert entry.outcome == "fail", entry.reason
-    assert entry.checks and all("2/2 [" in c.detail and not c.passed
+    assert entry.checks and all("1/1 [" in c.detail and not c.passed
                                    for c in entry.checks)
 
 

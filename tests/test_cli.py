@@ -1,4 +1,5 @@
-"""`release-bench` as a user meets it: real subprocesses of the installed console script."""
+"""`release-bench` as a user meets it: the installed console script in real subprocesses, and
+its bad input through the same entry point (cli.main) in this process."""
 
 from __future__ import annotations
 
@@ -25,6 +26,16 @@ EXE = shutil.which("release-bench") or str(Path(sys.executable).parent / "releas
 
 def cli_run(*args, cwd=None):
     return subprocess.run([EXE, *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def in_process(capsys, *args) -> subprocess.CompletedProcess:
+    """The command through cli.main in this process, as cli_run's result."""
+    try:
+        code = cli.main(list(args))
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
 
 
 def test_list_names_every_suite_case_and_need():
@@ -192,32 +203,33 @@ def test_dry_run_prints_the_settings_of_each_case_it_would_run(profile, capsys):
          "history: no conformance case is selected"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(args, message):
-    out = cli_run(*args)
+def test_bad_input_is_one_line_and_exit_2(args, message, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = in_process(capsys, *args)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1, out.stderr
     assert message in out.stderr and out.stderr.startswith("release-bench: error:")
 
 
-def test_report_refuses_a_history_record_of_another_schema_in_one_line(tmp_path):
+def test_report_refuses_a_history_record_of_another_schema_in_one_line(tmp_path, capsys):
     (tmp_path / "torch-2.4.0.json").write_text('{"schema": "something-else"}')
-    out = cli_run("report", "--history", str(tmp_path))
+    out = in_process(capsys, "report", "--history", str(tmp_path))
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "not a history record (schema 'something-else')" in out.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")
-def test_cuda_requested_without_cuda_is_exit_2():
-    out = cli_run("run", "--device", "cuda")
+def test_cuda_requested_without_cuda_is_exit_2(capsys):
+    out = in_process(capsys, "run", "--device", "cuda")
     assert out.returncode == 2
     assert out.stderr.strip() == (
         "release-bench: error: --device cuda: CUDA is not available on this machine")
 
 
-def test_show_rejects_a_corrupt_file_in_one_line(tmp_path):
+def test_show_rejects_a_corrupt_file_in_one_line(tmp_path, capsys):
     bad = tmp_path / "run.json"
     bad.write_text('{"schema_version": 1, "results": [')
-    out = cli_run("show", str(bad))
+    out = in_process(capsys, "show", str(bad))
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert "not valid JSON" in out.stderr
 
@@ -257,7 +269,7 @@ def test_exit_1_when_a_case_fails(tmp_path, monkeypatch, capsys):
     assert json.loads(path.read_text())["results"][0]["outcome"] == "fail"
 
 
-def test_show_of_an_ab_folder_counts_every_verdict(tmp_path):
+def test_show_of_an_ab_folder_counts_every_verdict(tmp_path, capsys):
     from harness.comparing import compare
 
     def change(verdict: str, factor: float) -> dict:
@@ -270,13 +282,13 @@ def test_show_of_an_ab_folder_counts_every_verdict(tmp_path):
            "changes": [change("regression", 1.3), change("inconclusive", 1.05),
                        change("unchanged", 1.0), change("worse", 1.02)]}
     (tmp_path / "comparison.json").write_text(json.dumps(doc))
-    out = cli_run("show", str(tmp_path))
+    out = in_process(capsys, "show", str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert ("1 regression, 0 improvement, 1 worse, 0 better, 1 inconclusive, 1 unchanged, "
             "0 unverified" in out.stdout)
     assert "worse/better = a change shown, its estimate inside the tolerance" in out.stdout
     (tmp_path / "comparison.json").write_text("{}")
-    bad = cli_run("show", str(tmp_path))
+    bad = in_process(capsys, "show", str(tmp_path))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not a comparison" in bad.stderr
 
 
@@ -377,14 +389,6 @@ def test_asv_vendor_says_where_the_dashboards_scripts_are(capsys):
     in the cache: nothing to fetch, exit 0, and where they are."""
     assert cli.main(["asv-vendor"]) == 0
     assert capsys.readouterr().out.startswith("asv dashboard scripts: in ")
-
-
-def test_a_suite_that_does_not_exist_is_not_loaded():
-    from harness import registry
-
-    assert "fork_wait" in registry.suite_names()
-    with pytest.raises(KeyError, match="no_such_suite"):
-        registry.load("no_such_suite")
 
 
 def test_a_duet_on_one_core_is_refused_in_one_line(monkeypatch, capsys):

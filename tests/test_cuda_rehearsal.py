@@ -40,6 +40,10 @@ FAMILIES = (*PARTS, "L4", "V100")
 # the smallest work that runs every line: one matmul side, a step of two short sequences
 GEMM = {"sizes": (64,)}
 STEP = {"model": "encoder", "batch": 2, "side": 16}
+# accuracy_parity's training, shortened where it must pass: 50 full-batch steps remove 96% of
+# the loss on the CPU (the case asks 80%), and the modes still end within 0.1% of each other
+# (it allows 5%); the float8 break needs the whole 200 to take fp16 past 5%
+PARITY_STEPS = 50
 
 
 def failed(entry) -> set[str]:
@@ -150,7 +154,8 @@ def test_step_memory_counts_the_new_gradients_in_the_allocators_blocks(cuda_rehe
     del hold
 
 
-def test_a_gpu_without_bfloat16(cuda_rehearsal):
+def test_a_gpu_without_bfloat16(cuda_rehearsal, monkeypatch):
+    monkeypatch.setitem(training.PARITY, "steps", PARITY_STEPS)
     r = cuda_rehearsal("V100")
     entry = r.run(amp.suite, "accuracy_parity")
     assert entry.outcome == "pass", entry.reason
@@ -164,10 +169,11 @@ def test_a_gpu_without_bfloat16(cuda_rehearsal):
 def test_autocast_op_lists_read_the_cuda_lists_in_a_worker(cuda_rehearsal):
     """PyTorch's CUDA expectation lists (AutocastTestLists), run entry by entry in the worker
     the case launches, on the rehearsed GPU. CPU autocast casts other ops than CUDA's, so
-    entries fail here; what is rehearsed is that every entry is read, run and reported."""
+    entries fail here, and the case with them; what is rehearsed is that every entry is read,
+    run and reported."""
     r = cuda_rehearsal("H200")
     entry = r.run(amp.suite, "autocast_op_lists", {"dtype": "float16"})
-    assert entry.outcome in ("pass", "fail"), entry.reason
+    assert entry.outcome == "fail" and failed(entry), entry.reason
     assert entry.details["lists"] == "AutocastTestLists"
     total = entry.tables["per_list"][-1]
     assert total["list"] == "all" and total["entries"] == 121

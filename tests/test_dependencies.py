@@ -37,6 +37,7 @@ def test_an_older_or_missing_package_is_one_line_naming_it():
 
 def test_pyproject_states_the_minimums_the_code_checks():
     import tomllib
+
     from packaging.requirements import Requirement
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

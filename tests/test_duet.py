@@ -152,17 +152,16 @@ def compare_cal():
     return _calibration()
 
 
-def test_duet_options_refuse_what_cannot_be_a_duet_in_one_line():
-    out = subprocess.run([BIN / "release-bench", "ab", ".venv", ".venv", "--duet", "--suite",
-                          "fork_wait"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+def test_duet_options_refuse_what_cannot_be_a_duet_in_one_line(capsys, monkeypatch):
+    from test_cli import in_process
+
+    monkeypatch.chdir(ROOT)
+    out = in_process(capsys, "ab", ".venv", ".venv", "--duet", "--suite", "fork_wait")
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "none of the selected benchmarks" in out.stderr
-    out = subprocess.run([BIN / "release-bench", "run", "--suite", "amp", "--only", "gemm_ladder",
-                          "--cpus", "9999"], capture_output=True, text=True, cwd=ROOT,
-                         timeout=120)
+    out = in_process(capsys, "run", "--suite", "amp", "--only", "gemm_ladder", "--cpus", "9999")
     assert out.returncode == 2 and "cannot pin" in out.stderr
-    out = subprocess.run([BIN / "release-bench", "run", "--cpus", "x"], capture_output=True,
-                         text=True, cwd=ROOT, timeout=120)
+    out = in_process(capsys, "run", "--cpus", "x")
     assert out.returncode == 2 and "not a CPU list" in out.stderr
 
 

@@ -21,7 +21,8 @@ def test_every_conformance_case_has_a_feature_off_plant(suite):
         if case.kind != "conformance":
             continue
         assert case.name in named, f"{suite.name}/{case.name} has no feature-off plant"
-        # each entry runs one of the case's parameter sets (or a smaller clean_exit)
+        # each entry is named by the parameters it runs with: one of the case's sets, or a
+        # smaller one (fewer clean_exit trials, a smaller training step)
         for (name, params_id), (_, params) in table.items():
             if name == case.name:
                 assert params_id == param_id(params), (name, params_id, params)

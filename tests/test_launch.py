@@ -298,31 +298,6 @@ def test_a_worker_that_leaves_a_thread_running_ends_cleanly_once_it_has_returned
     assert not [w for w in caught if "returned its result, then" in str(w.message)]
 
 
-def test_a_worker_saves_what_coverage_measured_then_ends_at_once(monkeypatch):
-    """os._exit skips the hooks through which coverage.py saves its data: a worker that
-    coverage.py measures saves the data itself, while still measuring (so the data holds the
-    lines that led to the end), then ends with its status; one not measured just ends."""
-    import types
-
-    done = []
-
-    class Measuring:
-        def save(self):
-            done.append("save")
-
-    coverage = types.ModuleType("coverage")
-    coverage.Coverage = types.SimpleNamespace(current=Measuring)
-    monkeypatch.setitem(sys.modules, "coverage", coverage)
-    monkeypatch.setattr(launching.os, "_exit", lambda code: done.append(("exit", code)))
-    launching._end_worker(3)
-    assert done == ["save", ("exit", 3)]
-
-    done.clear()
-    coverage.Coverage = types.SimpleNamespace(current=lambda: None)  # imported, not measuring
-    launching._end_worker(0)
-    assert done == [("exit", 0)]
-
-
 def test_a_torch_whose_store_takes_no_listening_socket_gets_a_store_on_the_same_port(
         monkeypatch):
     """torch before 2.2: TCPStore takes no listening socket (master_listen_fd, use_libuv).

@@ -62,11 +62,14 @@ def test_a_store_binds_the_port_of_one_that_closed_first_but_not_of_a_listening_
 @pytest.mark.slow
 def test_rpc_and_ddp_rpc_suites_listen_on_loopback_only(tmp_path: Path):
     """Sample every listener of a real run of both multi-process suites, twice a second or
-    more, and require each to be on loopback. The clean_exit cases are left out: their 20
-    trials per suite start the same stores and agents again and take most of the run; so is
-    ddp_rpc's step_time, which launches the same workers as matches_reference."""
+    more, and require each to be on loopback. Two cases open every kind of listener the suites
+    have: rpc's round_trip (the launcher's store, TensorPipe, Gloo and the TCP floor, at the
+    smallest payload) and ddp_rpc's matches_reference (the hybrid's store, RPC and Gloo over
+    three processes, DDP inside the model); the other cases start the same stores, agents and
+    groups through the same code."""
     cmd = [sys.executable, "-m", "harness.cli", "run", "--suite", "rpc", "--suite", "ddp_rpc",
-           "--skip", "clean_exit", "--skip", "step_time", "--no-telemetry",
+           "--only", "round_trip", "--only", "matches_reference", "--param", "sizes=[4]",
+           "--param", "min_samples=10", "--param", "ddp=inside", "--no-telemetry",
            "--out", str(tmp_path)]
     proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parent.parent,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

@@ -16,7 +16,7 @@ import asv_project
 import pytest
 import torch
 import torchvision
-from browser import served, visit
+from browser import needs_asv_dashboard_scripts, served, visit
 
 sys.path.insert(0, str(Path(__file__).parent / "planted"))
 from wrap import planted_python  # noqa: E402
@@ -226,6 +226,7 @@ class Matmul:
 def test_asv_draws_one_line_per_torch_environment(tmp_path):
     """What `make asv-envs` does over .envs/: each environment is an asv environment of
     its own ("existing"), filed under one commit, so the dashboard draws a line for each."""
+    needs_asv_dashboard_scripts()
     envs = tmp_path / "envs"
     assert _rb("env", "create", TORCH, "--reuse", str(VENV), envs=envs).returncode == 0
     repo, env = asv_project.make(tmp_path, "versions", {"bench.py": ASV_BENCH})

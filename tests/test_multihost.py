@@ -6,6 +6,7 @@ dies mid-run; bad input; and the netns ground-truth check where root and `ip net
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import json
 import os
@@ -104,12 +105,12 @@ def test_incomplete_plans_are_refused_in_one_line(kw, message):
      "suite 'amp' has no multi-process cases"),
     (["--rdzv-endpoint", "127.0.0.1:1"], "give --nnodes"),
 ])
-def test_bad_input_is_one_line_and_status_2(args, message):
-    r = subprocess.run([*CLI, "multihost", *args], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], r.stderr
+def test_bad_input_is_one_line_and_status_2(args, message, capsys):
+    from harness import cli
+
+    assert cli.main(["multihost", *args]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
 
 
 # --- two nodes on loopback ----------------------------------------------------------------------
@@ -120,13 +121,17 @@ def test_bad_input_is_one_line_and_status_2(args, message):
 def test_two_nodes_on_loopback_one_record_ranks_on_both_listeners_on_loopback(tmp_path):
     """Node A from the command line, node B from srun's variables: one record, written by
     node 0, holds both hosts; the RPC client and its peer run on different nodes; every
-    listener of either tree is on loopback."""
+    listener of either tree is on loopback. The agent of the node that is not node 0 aborts
+    at interpreter exit once node 0's run has finished (planted; torch did so here,
+    pytorch/pytorch#38228): both commands exit with node 0's status, 0, and that node's says
+    in one line what happened, naming the upstream issue."""
     port = launch.free_port()
     out = tmp_path / "runs"
-    a = _start(_flags(port), out, tmp_path / "a.log")
+    plant = {"PYTHONPATH": str(ROOT / "tests" / "planted"), "RELEASE_BENCH_PLANT": "agent_abort=1"}
+    a = _start(_flags(port), out, tmp_path / "a.log", env=plant)
     b = _start([], out, tmp_path / "b.log",
-               env={"SLURM_JOB_ID": "1", "SLURM_NNODES": "2", "SLURM_NODEID": "1",
-                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+               env=plant | {"SLURM_JOB_ID": "1", "SLURM_NNODES": "2", "SLURM_NODEID": "1",
+                            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     seen: set = set()
     deadline = time.monotonic() + 400
     while (a.poll() is None or b.poll() is None) and time.monotonic() < deadline:
@@ -157,27 +162,6 @@ def test_two_nodes_on_loopback_one_record_ranks_on_both_listeners_on_loopback(tm
     assert len({port for _, port, _ in seen}) >= 4, seen
     off = sorted(x for x in seen if not ipaddress.ip_address(x[0]).is_loopback)
     assert off == [], f"listeners off loopback: {off}"
-
-
-@pytest.mark.distributed
-@pytest.mark.slow
-def test_an_agent_that_aborts_at_exit_after_the_run_leaves_node_0s_verdict(tmp_path):
-    """Node 1's agent aborts at interpreter exit once node 0's run has finished (planted; torch
-    did so here, pytorch/pytorch#38228): both commands exit with node 0's status, 0, and node
-    1's says in one line what happened, naming the upstream issue."""
-    port = launch.free_port()
-    out = tmp_path / "runs"
-    plant = {"PYTHONPATH": str(ROOT / "tests" / "planted"), "RELEASE_BENCH_PLANT": "agent_abort=1"}
-    procs = {n: _start(_flags(port), out, tmp_path / f"{n}.log", env=plant) for n in "ab"}
-    for p in procs.values():
-        try:
-            p.wait(timeout=400)
-        except subprocess.TimeoutExpired:
-            p.kill()
-    logs = {n: (tmp_path / f"{n}.log").read_text() for n in procs}
-    assert [p.returncode for p in procs.values()] == [0, 0], logs
-    (record,) = list(out.rglob("*.json"))
-    assert all(e["outcome"] == "pass" for e in json.loads(record.read_text())["results"])
     said = [line for log in logs.values() for line in log.splitlines()
             if line.startswith("release-bench: multihost: this host's node agent ended")]
     assert len(said) == 1, logs
@@ -574,23 +558,37 @@ def test_a_host_whose_agent_ended_first_polls_for_node_0s_status():
     assert shared.checks <= 2 * (took / nodes.POLL_S + 3)  # two looks a round
 
 
-def test_the_death_signal_a_node_agent_gives_its_torchrun_is_sigterm():
-    """`multihost` starts torchrun with this set in the child (PR_SET_PDEATHSIG): whatever
-    ends the command, even SIGKILL, its torchrun gets SIGTERM. Set here on this process and
-    read back (PR_GET_PDEATHSIG), then put back as it was."""
-    import ctypes
+# A parent that starts a long sleeper the way `multihost` starts torchrun, prints its pid,
+# then waits to be killed.
+_PARENT = """
+import subprocess, sys, time
+from harness.running import nodes
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                         start_new_session=True, preexec_fn=nodes._end_with_parent)
+print(child.pid, flush=True)
+time.sleep(120)
+"""
 
-    libc = ctypes.CDLL(None, use_errno=True)
 
-    def pdeathsig() -> int:
-        sig = ctypes.c_int()
-        assert libc.prctl(2, ctypes.byref(sig)) == 0  # PR_GET_PDEATHSIG
-        return sig.value
-
-    before = pdeathsig()
+def test_a_torchrun_started_as_multihost_starts_it_ends_when_its_command_is_killed():
+    """`multihost` starts torchrun in a session of its own with a death signal
+    (nodes._end_with_parent): a SIGKILL of the command, which runs no clean-up, still ends
+    its torchrun, by SIGTERM, instead of leaving it running."""
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE)
+    child = psutil.Process(int(parent.stdout.readline()))
     try:
-        nodes._end_with_parent()
-        assert pdeathsig() == signal.SIGTERM
+        assert child.is_running() and child.status() != psutil.STATUS_ZOMBIE
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and child.is_running() and \
+                child.status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.05)
+        gone = not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        gone = True
     finally:
-        libc.prctl(nodes.PR_SET_PDEATHSIG, before)
-    assert pdeathsig() == before
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+    assert gone, "the child outlived its parent's SIGKILL"

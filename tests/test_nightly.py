@@ -15,7 +15,7 @@ from pathlib import Path
 import asv_project
 import pytest
 import torch
-from browser import served, visit
+from browser import needs_asv_dashboard_scripts, served, visit
 
 from harness import cli
 from harness.releases import ledger, nightly
@@ -316,6 +316,7 @@ def test_the_same_build_two_nights_running_is_green_with_one_ledger_commit(minia
 
 @pytest.mark.slow
 def test_the_nightly_page_and_asvs_graph_over_builds_in_a_browser(miniature):
+    needs_asv_dashboard_scripts()
     tmp, out = miniature
     assert out.returncode == 0, out.stderr[-3000:]
     with served(tmp / "n") as url:

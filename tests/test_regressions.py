@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from asv_project import asv, git, make
-from browser import served, visit
+from browser import needs_asv_dashboard_scripts, served, visit
 
 from harness import records
 from harness.cases import Context, Suite
@@ -174,6 +174,7 @@ def _graph_visit(url: str):
 
 @pytest.mark.slow
 def test_asv_compare_flags_the_planted_slowdown_and_publishes_a_working_dashboard(tmp_path):
+    needs_asv_dashboard_scripts()
     repo, env = make(tmp_path, "planted", {"bench.py": BENCH})
     hashes = []
     for body in ("fn()", "fn(); fn()"):
@@ -228,6 +229,7 @@ def test_the_dashboard_is_vendored_from_the_cache_and_a_missing_package_is_said(
 
     from harness.presenting import asv_dashboard
 
+    needs_asv_dashboard_scripts()
     cdn = "https://cdnjs.cloudflare.com/ajax/libs/jquery/3.3.1/jquery-3.3.1.min.js"
     html = tmp_path / "html"
     html.mkdir()

@@ -45,13 +45,14 @@ def test_report_sections_from_a_real_run(real_run, tmp_path):
     assert not re.search(r"""(?:src=|<link[^>]*href=)["']?(?:https?:)?//""", html)
 
 
-def test_report_cli_defaults_and_bad_input(real_run, tmp_path):
+def test_report_cli_defaults_and_bad_input(real_run, tmp_path, capsys):
+    from test_cli import in_process
+
     runs_dir = real_run.parent.parent
-    out = subprocess.run([BIN / "release-bench", "report", "--runs-dir", str(runs_dir),
-                          "--out", str(tmp_path / "r.html")], capture_output=True, text=True)
+    out = in_process(capsys, "report", "--runs-dir", str(runs_dir), "--out",
+                     str(tmp_path / "r.html"))
     assert out.returncode == 0 and (tmp_path / "r.html").exists()
-    empty = subprocess.run([BIN / "release-bench", "report", "--runs-dir",
-                            str(tmp_path / "none")], capture_output=True, text=True)
+    empty = in_process(capsys, "report", "--runs-dir", str(tmp_path / "none"))
     assert empty.returncode == 2 and empty.stderr.count("\n") == 1
 
 

@@ -182,34 +182,13 @@ def test_a_bursts_round_whose_side_fails_ends_with_an_error_not_a_wait(tmp_path)
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_ab_bursts_takes_turns_that_never_overlap(tmp_path):
-    """A live A/A of the DDP+RPC step in bursts, one round: both sides' processes alive at
-    once, every turn of one side clear of the other's (the referee's log, with the measuring
-    processes' own clock), each side's record measured in bursts."""
-    out = subprocess.run([BIN / "release-bench", "ab", ".venv", ".venv", "--bursts", "--suite",
-                          "ddp_rpc", "--case", "step_time", "--rounds", "1", "--calibration",
-                          "none", "--out", str(tmp_path)], capture_output=True, text=True,
-                         cwd=ROOT, timeout=900)
-    assert out.returncode in (0, 1), out.stderr[-3000:]
-    assert "bursts (1 round, both sides alive through each" in out.stdout
-    where = next(tmp_path.glob("ab-*"))
-    assert json.loads((where / "ab.json").read_text())["design"]["kind"] == "bursts"
-    log = json.loads((where / "turns" / "ddp_rpc.step_time-00.json").read_text())
-    assert log["died"] == {} and log["taken"]["A"] == log["taken"]["B"] > 6
-    assert turns.overlaps(log["turns"]) == []
-    assert all("start" in t for t in log["turns"])
-    for side, runs in campaign.load_rounds(where).items():
-        assert runs[0].measured["design"] == "bursts", side
-        assert runs[0].results[0].outcome == "pass", runs[0].results[0].reason
-
-
-@pytest.mark.slow
-@pytest.mark.distributed
 def test_round_trips_in_bursts_run_the_caller_and_the_callee_on_cpus_of_their_own(tmp_path):
-    """A live A/A of the RPC round trip in bursts, one round: on each side the caller and the
-    callee ran pinned to the two halves of the CPUs (one CPU each on a 2-vCPU VM), as the
-    processes themselves read their affinity; unpinned, where the scheduler put the two drew
-    each session's level. A sequential run leaves them unpinned."""
+    """A live A/A of the RPC round trip in bursts, one round (the one live bursts campaign of
+    the test suite): both sides' processes alive at once, every turn of one side clear of the
+    other's (the referee's log, with the measuring processes' own clock); on each side the
+    caller and the callee ran pinned to the two halves of the CPUs (one CPU each on a 2-vCPU
+    VM), as the processes themselves read their affinity; unpinned, where the scheduler put
+    the two drew each session's level. A sequential run leaves them unpinned."""
     from harness.running import duet
 
     caller_cpus, callee_cpus = (list(h) for h in duet.halves())
@@ -218,7 +197,13 @@ def test_round_trips_in_bursts_run_the_caller_and_the_callee_on_cpus_of_their_ow
                           "none", "--out", str(tmp_path / "bursts")],
                          capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert out.returncode in (0, 1), out.stderr[-3000:]
+    assert "bursts (1 round, both sides alive through each" in out.stdout
     where = next((tmp_path / "bursts").glob("ab-*"))
+    assert json.loads((where / "ab.json").read_text())["design"]["kind"] == "bursts"
+    log = json.loads((where / "turns" / "rpc.round_trip-00.json").read_text())
+    assert log["died"] == {} and log["taken"]["A"] == log["taken"]["B"] > 6, log["taken"]
+    assert turns.overlaps(log["turns"]) == []
+    assert all("start" in t for t in log["turns"])
     for side, runs in campaign.load_rounds(where).items():
         result = runs[0].results[0]
         assert result.outcome == "pass", (side, result.reason)
@@ -236,15 +221,17 @@ def test_round_trips_in_bursts_run_the_caller_and_the_callee_on_cpus_of_their_ow
         os.sched_getaffinity(0))
 
 
-def test_bad_bursts_options_are_one_line_and_exit_2():
+def test_bad_bursts_options_are_one_line_and_exit_2(capsys, monkeypatch):
+    from test_cli import in_process
+
+    monkeypatch.chdir(ROOT)
     for args, said in (
             (["ab", ".venv", ".venv", "--duet", "--bursts"],
              "argument --bursts: not allowed with argument --duet"),
             (["ab", ".venv", ".venv", "--bursts", "--suite", "fork_wait"],
              "none of the selected benchmarks can run in bursts"),
             (["run", "--suite", "rpc", "--turns", "C@/nowhere"], "expected SIDE@SOCKET")):
-        out = subprocess.run([BIN / "release-bench", *args], capture_output=True, text=True,
-                             cwd=ROOT, timeout=120)
+        out = in_process(capsys, *args)
         assert out.returncode == 2, (args, out.stderr)
         assert out.stderr.strip().count("\n") == 0 and said in out.stderr, out.stderr
 

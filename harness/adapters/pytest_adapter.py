@@ -14,6 +14,12 @@ call it expected-fail under `expectations.toml` (`comparing.expectations`). Work
 time the callables the suite's builders return, with warm-up on and a clock that
 synchronises CUDA (pytest-benchmark does neither by default), so `pytest --benchmark-json
 FILE` records the same statements the CLI measures.
+
+A case is run once per process and parameters (`unbroken`): a suite's break tests, which show
+each check fails with the feature broken, first ask for the same verdict on the case unbroken,
+and share it with the conformance test. The views are marked `view`: the test suite's default
+run leaves them out (they are the whole quick profile, which `release-bench run` runs); select
+them with `pytest suites/S -m view`.
 """
 
 from __future__ import annotations
@@ -121,12 +127,34 @@ def _assert_passes(case: Case, device: str, params: Params) -> Result:
     return entry
 
 
+_verdicts: dict[tuple[str, str, str, str], Result | BaseException] = {}
+
+
+def unbroken(case: Case, device: str, params: Params | None = None) -> Result:
+    """`_assert_passes`'s verdict on the case (its first quick parameter set by default),
+    measured once in this process and given again to every later asker: the entry, or the
+    same skip, expected failure or assertion error. Ask before breaking anything: the first
+    answer is kept."""
+    params = case.param_sets(PROFILE, device)[0] if params is None else params
+    key = (case.suite, case.name, device, param_id(params))
+    if key not in _verdicts:
+        try:
+            _verdicts[key] = _assert_passes(case, device, params)
+        except (AssertionError, ExpectedFailure, pytest.skip.Exception) as e:
+            _verdicts[key] = e
+    got = _verdicts[key]
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
 def conformance_tests(suite: Suite):
     """One test per conformance case, device and quick-profile parameter set."""
 
+    @pytest.mark.view
     @pytest.mark.parametrize(("case", "device", "params"), _cases(suite, "conformance"))
     def test_conformance(case: Case, device: str, params: Params) -> None:
-        _assert_passes(case, device, params)
+        unbroken(case, device, params)
 
     return test_conformance
 
@@ -134,9 +162,10 @@ def conformance_tests(suite: Suite):
 def benchmark_case_tests(suite: Suite):
     """One test per benchmark case: it runs, records metrics, and its own checks pass."""
 
+    @pytest.mark.view
     @pytest.mark.parametrize(("case", "device", "params"), _cases(suite, "benchmark"))
     def test_benchmark_case(case: Case, device: str, params: Params) -> None:
-        entry = _assert_passes(case, device, params)
+        entry = unbroken(case, device, params)
         assert entry.metrics, "a benchmark case must record metrics"
 
     return test_benchmark_case
@@ -159,6 +188,7 @@ def _workloads(suite: Suite) -> list:
 def workload_benchmarks(suite: Suite):
     """One pytest-benchmark test per workload, device and quick-profile parameter set."""
 
+    @pytest.mark.view
     @pytest.mark.parametrize(("workload", "device", "params"), _workloads(suite))
     def test_workload(benchmark, workload: Workload, device: str, params: Params) -> None:
         with _benchmarked(benchmark, workload, device, params) as fn:

@@ -40,7 +40,7 @@ import difflib
 import fnmatch
 import math
 import re
-import sys
+import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -51,11 +51,6 @@ from packaging.version import InvalidVersion, Version
 
 from harness.formats import fmt_percent, fmt_rate
 from harness.records import CaseKey, Metric, Outcome, Result, Run
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_FILE = ROOT / "expectations.toml"

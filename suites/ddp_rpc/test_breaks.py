@@ -1,20 +1,31 @@
 """Each DDP+RPC check, shown to fail when the feature is broken on purpose.
 
 The breaks run inside the launcher's workers (`worker_setup=` hooks of `execute`, in
-`breaks.py`, a module kept light because every worker imports it). Each case passes unbroken
-in test_ddp_rpc.py; here the same case runs with one break and the checks that guard against
-it fail.
+tests/planted/ddp_rpc_breaks.py, a module kept light because every worker imports it). Each
+case first passes unbroken (the verdict the pytest view gives, shared); then the same case runs
+with one break and the checks that guard against it fail.
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
+from harness.adapters.pytest_adapter import unbroken
 from harness.records import Result
 from harness.running import launch
 from harness.running.runner import execute
 from suites.ddp_rpc import cases
-from suites.ddp_rpc.breaks import (
+
+# The breaks live with the other planted code, out of the package; spawn pickles a hook by its
+# module's name, so that folder is on the path here and in the workers, which inherit it (and
+# wherever this module is imported: asv's discovery imports every module under suites/).
+PLANTED = str(Path(__file__).resolve().parents[2] / "tests" / "planted")
+if PLANTED not in sys.path:
+    sys.path.append(PLANTED)
+from ddp_rpc_breaks import (  # noqa: E402
     ddp_allreduce_disabled,
     dist_backward_seed_doubled,
     kill_ignored,
@@ -27,7 +38,9 @@ pytestmark = pytest.mark.distributed
 
 
 def run(name: str, params: dict, setup=None) -> Result:
-    """The case's result entry, `setup` having run in each of its workers."""
+    """The case's result entry, `setup` having run in each of its workers (where unbroken it
+    passes: asked first, before a test changes anything)."""
+    unbroken(cases.suite.case(name), "cpu", params)
     return execute(cases.suite.case(name), "cpu", params, "quick", worker_setup=setup)
 
 
@@ -109,13 +122,17 @@ def test_fault_error_checks_fail_when_nobody_dies():
                              "survivors failed on their own"}, entry.reason
 
 
+# The tests that change the suite or the launcher ask for the unbroken verdict themselves,
+# first: `run` asks after their changes, which must not reach the shared verdict.
 def test_survivor_check_fails_when_errors_are_swallowed(monkeypatch):
+    unbroken(cases.suite.case("faults"), "cpu", {"victim": "trainer"})
     monkeypatch.setattr(cases, "GRACE_S", 3.0)
     entry = run("faults", {"victim": "trainer"}, survivors_swallow_errors)
     assert failed(entry) == {"survivors failed on their own"}, entry.reason
 
 
 def test_no_hang_check_fails_when_the_victim_hangs(monkeypatch):
+    unbroken(cases.suite.case("faults"), "cpu", {"victim": "trainer"})
     # Gloo's own timeout would otherwise end the survivors' wait before the launcher's.
     monkeypatch.setattr(cases, "FAULT_PG_TIMEOUT_S", 600.0)
     monkeypatch.setattr(cases, "FAULT_LAUNCH_TIMEOUT_S", 20.0)
@@ -124,6 +141,7 @@ def test_no_hang_check_fails_when_the_victim_hangs(monkeypatch):
 
 
 def test_reaped_check_fails_when_the_launcher_does_not_reap(monkeypatch):
+    unbroken(cases.suite.case("faults"), "cpu", {"victim": "ps"})
     monkeypatch.setattr(cases, "GRACE_S", 3.0)
     monkeypatch.setattr(launch, "_reap", lambda procs: None)
     entry = run("faults", {"victim": "ps"}, survivors_swallow_errors)

@@ -1,26 +1,12 @@
-"""The hybrid's pieces that run where coverage cannot follow, called in this process.
-
-The parameter server's functions are served over RPC, on TensorPipe's own threads, and the
-breaks that hang or kill run in workers that the launcher ends by a signal: the cases run
-them, but no line of theirs is seen running there. Here each is called in the test's own
-thread, with real inputs, and what it does is checked. (`workers` is imported inside the
-tests: the DDP test's workers import this module, and need only the light `breaks`.)
-"""
+"""The parameter server's services, called in this process with real inputs (over RPC they
+run on TensorPipe's own threads), and what each does checked."""
 
 from __future__ import annotations
-
-import os
-import signal
-import subprocess
-import sys
-import types
 
 import pytest
 import torch
 from torch.distributed import autograd as dist_autograd
 
-from harness.running import launch
-from suites.ddp_rpc import breaks
 from suites.ddp_rpc.model import (
     PS_RANK,
     Shape,
@@ -35,84 +21,6 @@ def new_spec(task: str = "train", mode: str = "none", **kw):
 
     shape = Shape()
     return cases.new_spec(task, mode, "cpu", make_batches(shape, 2), shape, **kw)
-
-
-def _dense(rank: int) -> tuple[torch.nn.Module, torch.Tensor]:
-    """The same seeded layer on every rank, and an input of that rank's own."""
-    torch.manual_seed(0)
-    return torch.nn.Linear(3, 2), torch.full((4, 3), float(rank + 1))
-
-
-def ddp_without_allreduce(rank: int, world: int) -> list[torch.Tensor]:
-    """One backward of a DDP-wrapped layer over Gloo, ddp_allreduce_disabled applied; the
-    layer's gradients as DDP left them."""
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-
-    breaks.ddp_allreduce_disabled()
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        layer, x = _dense(rank)
-        ddp = DistributedDataParallel(layer)  # alive through backward, which its hooks join
-        ddp(x).sum().backward()
-        return [p.grad for p in layer.parameters()]
-    finally:
-        dist.destroy_process_group()
-
-
-@pytest.mark.distributed
-def test_the_allreduce_break_leaves_each_ddp_replica_its_own_gradients():
-    """ddp_allreduce_disabled's comm hook hands each bucket back unreduced: each of two ranks
-    keeps the gradients of its own input, which DDP would have averaged."""
-    got = launch.launch(ddp_without_allreduce, 2, timeout_s=120)
-    own = []
-    for rank in range(2):
-        layer, x = _dense(rank)
-        layer(x).sum().backward()
-        own.append([p.grad for p in layer.parameters()])
-    for rank in range(2):
-        assert all(torch.equal(g, w) for g, w in zip(got[rank], own[rank], strict=True))
-    assert not torch.equal(own[0][0], own[1][0])  # so an average would have changed both
-
-
-def test_the_victim_hangs_break_keeps_the_victim_alive_in_a_sleep(monkeypatch):
-    """victim_hangs: the fault injection's SIGKILL becomes an hour's sleep (recorded here,
-    not slept), and the process it was meant for lives on."""
-    slept = []
-    monkeypatch.setattr(breaks, "time", types.SimpleNamespace(sleep=slept.append))
-    monkeypatch.setattr(os, "kill", os.kill)  # put back after the break replaces it
-    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        breaks.victim_hangs()
-        os.kill(victim.pid, signal.SIGKILL)
-        assert slept == [3600]
-        with pytest.raises(subprocess.TimeoutExpired):  # not killed: still running
-            victim.wait(0.5)
-    finally:
-        monkeypatch.undo()  # the real os.kill again, for Popen.kill
-        victim.kill()
-        victim.wait(10)
-
-
-def test_the_swallowing_break_turns_a_failed_step_into_a_wait(monkeypatch):
-    """survivors_swallow_errors: a training step that succeeds returns its loss as before;
-    one that raises (a dead peer's error) sleeps an hour (recorded here) and raises
-    nothing, so the survivor never fails on its own."""
-    from suites.ddp_rpc import workers
-
-    slept = []
-    monkeypatch.setattr(breaks, "time", types.SimpleNamespace(sleep=slept.append))
-
-    def step(loss: float) -> float:
-        if loss < 0:
-            raise RuntimeError("RPC to trainer1 failed: peer gone")
-        return loss
-
-    monkeypatch.setattr(workers, "train_step", step)  # put back after the break wraps it
-    breaks.survivors_swallow_errors()
-    assert workers.train_step(0.5) == 0.5 and slept == []
-    assert workers.train_step(-1.0) is None
-    assert slept == [3600]
 
 
 def test_a_parameter_server_set_to_die_dies_at_the_first_lookup_of_its_step(monkeypatch):

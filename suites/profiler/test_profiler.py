@@ -205,15 +205,6 @@ def test_an_empty_region_that_reports_bytes_is_a_note_and_the_correction():
                          "region's own cost); every region's bytes are corrected by 16 B"]
 
 
-def test_the_clock_source_is_the_kernels_or_none_where_it_does_not_say(monkeypatch, tmp_path):
-    said = tmp_path / "current_clocksource"
-    said.write_text("kvm-clock\n")
-    monkeypatch.setattr(truth, "CLOCKSOURCE", said)
-    assert truth.clocksource() == "kvm-clock"
-    monkeypatch.setattr(truth, "CLOCKSOURCE", tmp_path / "no-sysfs-here")
-    assert truth.clocksource() is None
-
-
 def test_a_region_the_profiler_did_not_record_is_the_profilers_failure():
     """The checks read the regions they ran by name; one missing from the profile is
     FeatureAbsent naming the API and the region, never a check passed over nothing."""

@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch.distributed import rpc
 
+from harness.adapters.pytest_adapter import unbroken
 from harness.records import Result
 from harness.running import launch
 from harness.running.runner import execute
@@ -140,7 +141,9 @@ def init_refused() -> None:
 
 
 def _broken(case_name: str, setup) -> Result:
-    """The case's result entry, `setup` having run in each of its workers."""
+    """The case's result entry, `setup` having run in each of its workers (where unbroken it
+    passes)."""
+    unbroken(cases.suite.case(case_name), "cpu")
     return execute(cases.suite.case(case_name), "cpu", {}, "quick", worker_setup=setup)
 
 
@@ -201,6 +204,7 @@ def test_peer_death_check_fails_when_rpc_hangs():
 
 
 def test_reaping_check_fails_when_the_launcher_does_not_reap(monkeypatch):
+    unbroken(cases.suite.case("worker_killed"), "cpu")  # before the launcher is broken
     monkeypatch.setattr(launch, "_reap", lambda procs: None)
     entry = _broken("worker_killed", peer_death_hangs)
     try:

@@ -28,6 +28,9 @@ every Python process of that environment, spawned workers included, then runs wi
   (harness.running.nodes) other than node 0's, as one did here once node 0's run had finished;
 - off=A+B: the release features A and B turned off with their API left in place, as a broken
   build would have them (feature_off.py here: its FEATURES);
+- defect=A+B: the defects A and B planted, each a promise of a feature or of the harness broken
+  by a small step (defects.py here: its DEFECTS; scripts/power.py measures what the tests
+  catch of them);
 - cuda=FAMILY: a CUDA rehearsal on the CPU, on a GPU of cuda_rehearsal.py's GPUS ("H200"),
   for the worker processes of the rehearsal's tests;
 - release=V: torch reports release V (`torch.__version__`), as an older release would, so
@@ -160,6 +163,10 @@ def _plant(spec: str) -> None:
         import feature_off  # beside this file
 
         feature_off.turn_off(opts["off"])
+    if "defect" in opts:
+        import defects  # beside this file
+
+        defects.plant(opts["defect"])
     for dotted in filter(None, opts.get("remove", "").split("+")):
         _remove(dotted)
     if "exit_abort" in opts:

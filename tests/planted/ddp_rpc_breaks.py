@@ -1,6 +1,8 @@
-"""Deliberate breakages of the hybrid, run inside the launcher's workers as `worker_setup=` hooks
-by test_breaks.py (module-level functions, since spawn pickles them by name). Kept apart from
-the tests so that workers import only torch, not pytest and the harness runner.
+"""Deliberate breakages of the DDP+RPC hybrid, run inside the launcher's workers as
+`worker_setup=` hooks by suites/ddp_rpc/test_breaks.py (module-level functions, since spawn
+pickles them by name: test_breaks.py puts this folder on the path, which spawned workers
+inherit). Kept apart from the tests so that workers import only torch, not pytest and the
+harness runner, and out of the installed package.
 """
 
 from __future__ import annotations
