@@ -27,6 +27,7 @@ import torch
 
 from harness.cases import (
     PROFILES,
+    CheckVersion,
     Context,
     FeatureAbsent,
     FromSetting,
@@ -50,6 +51,23 @@ suite = Suite(
     status="stable",
     summary="autocast casting rules, GradScaler, fp32 parity; step time, memory, TFLOP/s",
 )
+
+# the versions of checks that changed since the first (harness.cases.CheckVersion)
+OPLISTS_CHECK = CheckVersion(
+    2, "torch raising while the op lists run fails the check that they run to the end, "
+    "instead of erroring the case; whatever torch raises on entering autocast is "
+    "autocast not engaging")
+SCALER_CHECK = CheckVersion(
+    2, "checks added: unscale_'s clipping example, two optimizers deciding to skip on "
+    "their own, scale() of a list or tuple; torch raising while a behaviour is "
+    "exercised fails that behaviour's check instead of erroring the case")
+PARITY_CHECK = CheckVersion(
+    2, "torch raising while a mode's engagement or training runs fails that mode's check, "
+    "instead of erroring the case")
+LADDER_CHECK = CheckVersion(
+    2, "a GPU's part told by name, SMs, memory and power limit (H100 SXM/PCIe/NVL, H200 "
+    "SXM/NVL, A100), an unknown or disagreeing part held against its measured peak "
+    "only, a MIG slice against its share of the SMs")
 
 # Accuracy parity tolerance: the autocast run's final loss may differ from the fp32 run's by
 # at most this fraction of the fp32 loss. bfloat16 keeps 8 significant bits (relative
@@ -153,7 +171,8 @@ def no_bf16_note(device: str) -> str:
                                  torch.cuda.get_device_capability(device))
 
 
-@suite.conformance(params=[{"dtype": "bfloat16"}, {"dtype": "float16"}], since=[CPU_FLOAT16])
+@suite.conformance(params=[{"dtype": "bfloat16"}, {"dtype": "float16"}], since=[CPU_FLOAT16],
+                   check=OPLISTS_CHECK)
 def autocast_op_lists(ctx: Context) -> None:
     """Each op in PyTorch's autocast lists gives the expected dtype and equals its control.
 
@@ -201,7 +220,7 @@ def autocast_op_lists(ctx: Context) -> None:
             ctx.note(f"not run: {r['check']}: {r['detail']}")
 
 
-@suite.conformance(since=[gradscaler.CPU_SCALER])
+@suite.conformance(since=[gradscaler.CPU_SCALER], check=SCALER_CHECK)
 def grad_scaler(ctx: Context) -> None:
     """GradScaler skips inf/NaN steps, backs off, grows and round-trips, as documented.
 
@@ -219,7 +238,7 @@ def grad_scaler(ctx: Context) -> None:
             check(ctx, ctx.device)
 
 
-@suite.conformance()
+@suite.conformance(check=PARITY_CHECK)
 def accuracy_parity(ctx: Context) -> None:
     """A small model trained under autocast ends within PARITY_TOLERANCE of the fp32 loss.
 
@@ -443,7 +462,7 @@ def _cuda_step_notes(ctx: Context, settings: CudaSettings, batch: int,
                      "GemmTflops", "Achieved TFLOP/s of the GEMM ladder, per size and precision.",
                      unit="TFLOP/s", tracks=["tflops"],
                      # the matmul workload's grid
-                     labels={"n": FromSetting("sizes"), "dtype": GEMM_DTYPES})])
+                     labels={"n": FromSetting("sizes"), "dtype": GEMM_DTYPES})], check=LADDER_CHECK)
 def gemm_ladder(ctx: Context) -> None:
     """Square matmuls in each precision, side by side per size, in TFLOP/s."""
     kind = training.device_type(ctx.device)

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from harness.cases import Context, FromSetting, Suite, TrackView
+from harness.cases import CheckVersion, Context, FromSetting, Suite, TrackView
 from harness.running import clean_exit as clean_exit_programs
 from harness.running import duet, launch
 from suites.rpc import measure, paths, workers
@@ -39,6 +39,11 @@ suite = Suite(
     summary="values, errors, timeouts, async_execution; round trip vs Gloo and a TCP floor",
     spans_hosts=True,
 )
+
+# the versions of checks that changed since the first (harness.cases.CheckVersion)
+WORKERS_CHECK = CheckVersion(
+    2, "torch raising in an RPC worker fails the check that the workers run to the end, "
+    "instead of erroring the case")
 
 KiB, MiB = 2**10, 2**20
 HEADLINE_SIZES = (4, 64 * KiB, 4 * MiB)  # the closing table's columns; round_trip's quick sizes
@@ -121,7 +126,7 @@ def check_crossed(ctx: Context, where: dict[str, Any]) -> bool:
                      + ("" if ok else ": the call never left the caller"))
 
 
-@suite.conformance(devices=DEVICES, needs=("distributed",))
+@suite.conformance(devices=DEVICES, needs=("distributed",), check=WORKERS_CHECK)
 def roundtrip(ctx: Context) -> None:
     """Tensors of 11 dtypes and odd layouts round-trip bit for bit, through a Python function
     and a builtin op."""
@@ -140,7 +145,7 @@ def roundtrip(ctx: Context) -> None:
 KEEP_TYPE = ("ValueError", "TypeError")
 
 
-@suite.conformance(devices=("cpu",), needs=("distributed",))
+@suite.conformance(devices=("cpu",), needs=("distributed",), check=WORKERS_CHECK)
 def remote_exception(ctx: Context) -> None:
     """A remote function's exception reaches the caller with its message, and with its type
     for ValueError and TypeError (other types: the type's name, in a RuntimeError)."""
@@ -179,7 +184,7 @@ TIMEOUT_PER_CALL_S, TIMEOUT_DEFAULT_S, SLOW_CALL_S = 0.5, 1.0, 2.0
 TIMEOUT_EARLY_S, TIMEOUT_SLACK_S = 0.05, 0.5
 
 
-@suite.conformance(devices=("cpu",), needs=("distributed",))
+@suite.conformance(devices=("cpu",), needs=("distributed",), check=WORKERS_CHECK)
 def rpc_timeout(ctx: Context) -> None:
     """A slow remote call raises once its timeout (per call, or the agent's rpc_timeout)
     has passed, within the stated slack; a call shorter than its timeout completes."""
@@ -241,7 +246,7 @@ def worker_killed(ctx: Context) -> None:
     ctx.details["pids"] = pids
 
 
-@suite.conformance(devices=("cpu",), needs=("distributed",))
+@suite.conformance(devices=("cpu",), needs=("distributed",), check=WORKERS_CHECK)
 def async_execution(ctx: Context) -> None:
     """@rpc.functions.async_execution: the release notes' example returns tensor([3., 3.]);
     chained, nested and fan-out forms work; a non-Future return raises the documented error."""
@@ -281,7 +286,7 @@ def async_execution(ctx: Context) -> None:
 BATCH_REQUESTS, BATCH_THREADS, BATCH_TIMEOUT_S = 8, 2, 5.0
 
 
-@suite.conformance(devices=("cpu",), needs=("distributed",))
+@suite.conformance(devices=("cpu",), needs=("distributed",), check=WORKERS_CHECK)
 def async_batch_no_deadlock(ctx: Context) -> None:
     """The tutorial's batched update with async_execution serves 8 concurrent requests on a
     server with 2 RPC threads, without deadlock, and each gets the batch's new weights."""

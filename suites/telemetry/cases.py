@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from harness.cases import Context, Suite
+from harness.cases import CheckVersion, Context, Suite
 from harness.running.telemetry import Telemetry
 from harness.running.telemetry.nvml import find_device
 
@@ -21,6 +21,11 @@ suite = Suite(
     status="harness",
     summary="NVML and host sampling read real values; sampling overhead on a busy workload",
 )
+
+# the versions of checks that changed since the first (harness.cases.CheckVersion)
+DEVICE_CHECK = CheckVersion(
+    2, "the CUDA device found among NVML's GPUs by its UUID with or without its prefix, a "
+    "MIG slice included, and read through its GPU")
 
 OVERHEAD_TARGET_PCT = 1.0
 
@@ -105,7 +110,8 @@ def host_readings(ctx: Context) -> None:
 
 
 # `side`: the matrices of the matmul chain that keeps the GPU busy while NVML is read
-@suite.conformance(devices=("cuda",), settings={"quick": {"side": 4096}, "full": {"side": 4096}})
+@suite.conformance(devices=("cuda",), settings={"quick": {"side": 4096}, "full": {"side": 4096}},
+                 check=DEVICE_CHECK)
 def nvml_readings(ctx: Context) -> None:
     """NVML reads power, energy, clocks, temperature and memory of the GPU under load."""
     tel = Telemetry(interval_s=0.05)
