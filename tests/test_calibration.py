@@ -153,7 +153,8 @@ def test_calibrate_keeps_the_calibration_of_other_hardware_of_the_same_name(tmp_
     path = calibration.write(cal, tmp_path)
     before = path.read_text()
     assert cli.main(["calibrate", "--suite", "profiler", "--case", "overhead", "--rounds", "3",
-                     "--out", str(tmp_path), "--work", str(tmp_path / "work")]) == 2
+                     "--sequential", "--out", str(tmp_path),
+                     "--work", str(tmp_path / "work")]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "other hardware" in err and "avx512f" in err
     assert path.read_text() == before and not (tmp_path / "work").exists()
