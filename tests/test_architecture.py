@@ -201,6 +201,7 @@ NOT_RECORDS = {
     ("harness/releases/bisect.py", "outcome"): "matrix.summarize_side's summary of a case",
     ("harness/commands/bisect.py", "outcome"): "bisect.json's state of a case in one release",
     ("harness/releases/nightly.py", "expected"): "a history record's summary of a case",
+    ("harness/releases/history.py", "expected"): "a history record's summary of a case",
     ("harness/releases/nightly.py", "params"): "asv's index.json: a benchmark's parameters",
     ("harness/releases/nightly.py", "results"): "an asv result file's benchmarks",
     ("harness/presenting/nightly_page.py", "outcome"): "a history record's summary of a case",

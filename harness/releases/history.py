@@ -138,7 +138,7 @@ def merged_record(old: dict, new: dict) -> dict:
     cases = {k: c for k, c in old["cases"].items() if c["suite"] not in redone} | new["cases"]
     statuses: dict[str, int] = {}
     for c in cases.values():
-        if (status := (records.Result.from_json(c).expected or {}).get("status")) is not None:
+        if (status := (c.get("expected") or {}).get("status")) is not None:
             statuses[status] = statuses.get(status, 0) + 1
     judged = new.get("expectations")
     return {**new, "cases": dict(sorted(cases.items())),
