@@ -270,9 +270,9 @@ def test_the_default_gate_and_asv_selection_are_the_headline_cases_tracks():
 @pytest.fixture(scope="module")
 def miniature(tmp_path_factory):
     """Two nights of one build (an environment reusing .venv's packages), in the cheapest
-    setup that runs every part: fork_wait's conformance, the gate on amp/gemm_ladder (2
-    sequential rounds; `ab --duet` has tests of its own) and asv timing fork_wait's serial
-    workload."""
+    setup that runs every part: fork_wait's conformance, the gate on fork_wait's scaling
+    benchmark (2 sequential rounds; `ab --duet` has tests of its own) and asv timing
+    fork_wait's serial workload."""
     tmp = tmp_path_factory.mktemp("nightly")
     env = os.environ | {"RELEASE_BENCH_ENVS": str(tmp / "envs")}
     made = subprocess.run([BIN / "release-bench", "env", "create", TORCH, "--reuse", str(VENV)],
@@ -280,7 +280,7 @@ def miniature(tmp_path_factory):
     assert made.returncode == 0, made.stderr
     out = subprocess.run(
         [BIN / "release-bench", "nightly", TORCH, TORCH, "--rehearse", "--dir", str(tmp / "n"),
-         "--record", str(tmp / "rec"), "--suite", "fork_wait", "--gate", "amp/gemm_ladder",
+         "--record", str(tmp / "rec"), "--suite", "fork_wait", "--gate", "fork_wait/scaling",
          "--rounds", "2", "--no-duet", "--asv-bench", r"^fork_wait\.asv_bench\.SerialTime",
          "--no-registry-dates", "--calibration", "none"],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
