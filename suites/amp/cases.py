@@ -59,8 +59,9 @@ OPLISTS_CHECK = CheckVersion(
     "autocast not engaging")
 SCALER_CHECK = CheckVersion(
     2, "checks added: unscale_'s clipping example, two optimizers deciding to skip on "
-    "their own, scale() of a list or tuple; torch raising while a behaviour is "
-    "exercised fails that behaviour's check instead of erroring the case")
+    "their own, scale() of a list or tuple, a disabled scaler's get_scale() of 1.0; torch "
+    "raising while a behaviour is exercised fails that behaviour's check instead of erroring "
+    "the case")
 PARITY_CHECK = CheckVersion(
     2, "torch raising while a mode's engagement or training runs fails that mode's check, "
     "instead of erroring the case")

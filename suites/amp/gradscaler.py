@@ -232,13 +232,16 @@ def check_state_dict(ctx: Context, device: str) -> None:
 
 
 def check_disabled(ctx: Context, device: str) -> None:
-    """enabled=False: scale() returns its input, step() is optimizer.step(), update() nothing."""
+    """enabled=False: scale() returns its input, get_scale() is 1.0 (as its docstring says),
+    step() is optimizer.step(), update() nothing."""
     rig = Rig(device)
     control = rig.clone()
     s = scaler(device, enabled=False)
     loss = rig.loss("clean0")
     ctx.check("enabled=False: scale() returns its input", s.scale(loss) is loss,
               f"get_scale() {s.get_scale()}, state_dict {s.state_dict()}")
+    ctx.check("enabled=False: get_scale() is 1.0", s.get_scale() == 1.0,
+              f"get_scale() {s.get_scale()!r}")
     for batch in ("clean0", "clean1", "clean2"):
         rig.scaled_step(s, batch)
         control.plain_step(batch)

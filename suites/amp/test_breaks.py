@@ -321,6 +321,12 @@ def _always_enabled():
     return init
 
 
+def _disabled_scale_zero():
+    """A disabled scaler's get_scale() says 0.0, not the 1.0 its docstring promises."""
+    real = GradScaler.get_scale
+    return lambda self: real(self) if self.is_enabled() else 0.0
+
+
 def _disabled_step_does_nothing():
     """A disabled scaler's step() forgets to call optimizer.step()."""
     real = GradScaler.step
@@ -400,7 +406,10 @@ SCALER_BREAKS = {
     "state_dict_loses_count": ({(GradScaler, "load_state_dict"): _lossy_load()},
                                {"state_dict round-trips"}),
     "disabled_still_scales": ({(GradScaler, "__init__"): _always_enabled()},
-                              {"enabled=False: scale() returns its input"}),
+                              {"enabled=False: scale() returns its input",
+                               "enabled=False: get_scale() is 1.0"}),
+    "disabled_scale_zero": ({(GradScaler, "get_scale"): _disabled_scale_zero()},
+                            {"enabled=False: get_scale() is 1.0"}),
     "disabled_never_steps": ({(GradScaler, "step"): _disabled_step_does_nothing()},
                              {"enabled=False: steps equal the fp32 control"}),
     "step_refused_after_unscale": ({(GradScaler, "unscale_"): _step_refused_after_unscale()},
