@@ -232,8 +232,10 @@ def _reason(reasons: dict[str, str], function: str) -> str:
     return reasons[max(hits, key=len)] if hits else "not classified"
 
 
-def _fates(rec, judge: str) -> dict[str, int]:
-    return mutants.counts(rec, judge)
+def _seconds(rec) -> float:
+    """A mutants record's wall time: its survey and every judge's run of every mutant."""
+    return rec.setup_s + sum(j.get("seconds", 0) for e in rec.judged.values()
+                             for k, j in e.items() if k in ("suite", "torch_tests"))
 
 
 def _mutation_lines(root: Path = MUTATION) -> list[str]:
@@ -246,9 +248,7 @@ def _mutation_lines(root: Path = MUTATION) -> list[str]:
     dates = sorted({d[:10] for r in recs for d in (r.started, r.updated) if d})
     commits = sorted({j.get("commit", "") for r in recs for e in r.judged.values()
                       for k, j in e.items() if k in ("suite", "torch_tests")} - {""})
-    wall = sum(r.setup_s + sum(j.get("seconds", 0) for e in r.judged.values()
-                               for k, j in e.items() if k in ("suite", "torch_tests"))
-               for r in recs)
+    wall = sum(_seconds(r) for r in recs)
     lines = ["", "## Mutation analysis", "",
              f"How strong the conformance checks are against defects nobody chose: "
              f"{recs[0].tool} (its {recs[0].operators} core operators that need no "
@@ -274,8 +274,8 @@ def _mutation_lines(root: Path = MUTATION) -> list[str]:
     total = {"sampled": 0, "equivalent": 0, "killed": 0, "check": 0}
     both = {"suite": 0, "tests": 0, "judged": 0}
     for r in recs:
-        f = _fates(r, "suite")
-        t = _fates(r, "torch_tests")
+        f = mutants.counts(r, "suite")
+        t = mutants.counts(r, "torch_tests")
         judged = [n for n in r.sample if r.judgement(n, "suite")]
         verdicts = triage.get(r.target.path, {})
         equivalent = sum(1 for n in judged if r.judgement(n, "suite").fate == "survived"
@@ -316,8 +316,7 @@ def _mutation_lines(root: Path = MUTATION) -> list[str]:
                  f"{len(r.tests_dropped)} dropped" if r.test_groups else "")
         only = (f"; {r.reached_by_tests_only} mutants on lines only PyTorch's sampled tests "
                 "run" if r.reached_by_tests_only else "")
-        spent = r.setup_s + sum(j.get("seconds", 0) for e in r.judged.values()
-                                for k, j in e.items() if k in ("suite", "torch_tests"))
+        spent = _seconds(r)
         lines.append(f"- `{r.target.path}`: {', '.join(cases)}{tests}{only}; "
                      f"{spent / 60:.0f} min. `{r.command}`")
     lines += _triage_lines(recs, triage) + _not_reached_lines(recs, reasons)
