@@ -83,13 +83,10 @@ def _command(argv: list[str]) -> str:
     return "release-bench mutants " + shlex.join(kept)
 
 
-def _interrupt(signum, _frame):
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
 def main(args) -> int:
     from harness import registry
     from harness.releases import mutants
+    from harness.running import runner
 
     if args.suite not in registry.suite_names():
         raise UsageError(f"unknown suite {args.suite!r} (suites: "
@@ -105,20 +102,22 @@ def main(args) -> int:
             again=tuple(mutants.Fate(a) for a in args.again), out=Path(args.out),
             command=_command(sys.argv[2:]), name=args.name or "")
         home = Path(args.home) if args.home else mutants.HOME
-        # SIGTERM ends the command as Ctrl-C does: through the module's restoration
-        previous = signal.signal(signal.SIGTERM, _interrupt)
+        # SIGINT and SIGTERM end the command through the module's restoration, as a typed
+        # Interrupted (later signals ignored, so that the restoration is not cut short)
+        guard = runner.SignalGuard()
+        guard.install()
         try:
             env = mutants.prepare(home, log=lambda s: print(s, file=sys.stderr, flush=True))
             record = mutants.campaign(plan, env, log=lambda s: print(s, flush=True))
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            guard.restore()
     except mutants.MutantsError as e:
         raise UsageError(f"mutants: {e}") from e
     except KeyboardInterrupt as e:
-        signame = str(e) or "SIGINT"
-        print(f"release-bench: mutants interrupted ({signame}); the module is restored and "
-              "the record keeps every mutant judged so far", file=sys.stderr)
-        return 143 if signame == "SIGTERM" else 130
+        stop = e if isinstance(e, runner.Interrupted) else runner.Interrupted(signal.SIGINT)
+        print(f"release-bench: mutants interrupted ({stop.signame}); the module is restored "
+              "and the record keeps every mutant judged so far", file=sys.stderr)
+        return stop.exit_status
     for judge in ("suite", "torch_tests"):
         counted = mutants.counts(record, judge)
         if sum(counted.values()):

@@ -284,8 +284,9 @@ class Interrupted(KeyboardInterrupt):
         return f"interrupted by {self.signame}" + (f" {self.where}" if self.where else "")
 
 
-class _SignalGuard:
-    """Handlers that turn SIGINT and SIGTERM into `Interrupted`, for the length of a run.
+class SignalGuard:
+    """Handlers that turn SIGINT and SIGTERM into `Interrupted`, for the length of a run (or of
+    any command that must put things back on its way out: `mutants`).
 
     Why handlers of our own: Python raises KeyboardInterrupt on SIGINT only if SIGINT was not
     ignored when it started, and a run started in the background by a script (`cmd &` in a
@@ -366,7 +367,7 @@ def run(
     workers on the way out), marks the record `interrupted` with a note saying where and by
     which signal, and raises `Interrupted` carrying the record's path.
     """
-    guard = _SignalGuard()
+    guard = SignalGuard()
     # fd 2 as it is now: an interrupt can land while execute() has it redirected to a file
     saved_stderr = os.dup(2)
     path: Path | None = None
