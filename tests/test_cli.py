@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from inprocess import release_bench
 
 from harness import cli, records
 from harness.cases import PROFILES
@@ -26,16 +27,6 @@ EXE = shutil.which("release-bench") or str(Path(sys.executable).parent / "releas
 
 def cli_run(*args, cwd=None):
     return subprocess.run([EXE, *args], capture_output=True, text=True, cwd=cwd, timeout=600)
-
-
-def in_process(capsys, *args) -> subprocess.CompletedProcess:
-    """The command through cli.main in this process, as cli_run's result."""
-    try:
-        code = cli.main(list(args))
-    except SystemExit as e:  # argparse's own errors
-        code = e.code
-    out = capsys.readouterr()
-    return subprocess.CompletedProcess(args, code, out.out, out.err)
 
 
 def test_list_names_every_suite_case_and_need():
@@ -205,7 +196,7 @@ def test_dry_run_prints_the_settings_of_each_case_it_would_run(profile, capsys):
 )
 def test_bad_input_is_one_line_and_exit_2(args, message, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    out = in_process(capsys, *args)
+    out = release_bench(capsys, *args)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1, out.stderr
     assert message in out.stderr and out.stderr.startswith("release-bench: error:")
@@ -213,14 +204,14 @@ def test_bad_input_is_one_line_and_exit_2(args, message, capsys, monkeypatch):
 
 def test_report_refuses_a_history_record_of_another_schema_in_one_line(tmp_path, capsys):
     (tmp_path / "torch-2.4.0.json").write_text('{"schema": "something-else"}')
-    out = in_process(capsys, "report", "--history", str(tmp_path))
+    out = release_bench(capsys, "report", "--history", str(tmp_path))
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "not a history record (schema 'something-else')" in out.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")
 def test_cuda_requested_without_cuda_is_exit_2(capsys):
-    out = in_process(capsys, "run", "--device", "cuda")
+    out = release_bench(capsys, "run", "--device", "cuda")
     assert out.returncode == 2
     assert out.stderr.strip() == (
         "release-bench: error: --device cuda: CUDA is not available on this machine")
@@ -229,7 +220,7 @@ def test_cuda_requested_without_cuda_is_exit_2(capsys):
 def test_show_rejects_a_corrupt_file_in_one_line(tmp_path, capsys):
     bad = tmp_path / "run.json"
     bad.write_text('{"schema_version": 1, "results": [')
-    out = in_process(capsys, "show", str(bad))
+    out = release_bench(capsys, "show", str(bad))
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert "not valid JSON" in out.stderr
 
@@ -282,13 +273,13 @@ def test_show_of_an_ab_folder_counts_every_verdict(tmp_path, capsys):
            "changes": [change("regression", 1.3), change("inconclusive", 1.05),
                        change("unchanged", 1.0), change("worse", 1.02)]}
     (tmp_path / "comparison.json").write_text(json.dumps(doc))
-    out = in_process(capsys, "show", str(tmp_path))
+    out = release_bench(capsys, "show", str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert ("1 regression, 0 improvement, 1 worse, 0 better, 1 inconclusive, 1 unchanged, "
             "0 unverified" in out.stdout)
     assert "worse/better = a change shown, its estimate inside the tolerance" in out.stdout
     (tmp_path / "comparison.json").write_text("{}")
-    bad = in_process(capsys, "show", str(tmp_path))
+    bad = release_bench(capsys, "show", str(tmp_path))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not a comparison" in bad.stderr
 
 

@@ -17,6 +17,7 @@ import pytest
 import torch
 import torchvision
 from browser import needs_asv_dashboard_scripts, served, visit
+from inprocess import release_bench
 
 sys.path.insert(0, str(Path(__file__).parent / "planted"))
 from wrap import planted_python  # noqa: E402
@@ -33,6 +34,16 @@ def _rb(*args: str, envs: Path, timeout: float = 600) -> subprocess.CompletedPro
     return subprocess.run([BIN / "release-bench", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT,
                           env=os.environ | {"RELEASE_BENCH_ENVS": str(envs)})
+
+
+def _here(capsys, monkeypatch, *args: str, envs: Path) -> subprocess.CompletedProcess:
+    """`_rb` in this process: a refusal, with no interpreter to start."""
+    from harness.releases import envs as store
+
+    monkeypatch.setattr(store, "ENVS", envs)
+    if args[0] == "matrix":
+        args = (*args, "--calibration", "none")
+    return release_bench(capsys, *args)
 
 
 def _one_error_line(out: subprocess.CompletedProcess, progress: bool = False) -> str:
@@ -61,15 +72,16 @@ def test_env_create_list_and_remove_reusing_the_venvs_packages(tmp_path):
     assert _rb("env", "list", envs=envs).stdout.strip() == ""
 
 
-def test_a_half_built_environment_is_never_listed_or_used(tmp_path):
+def test_a_half_built_environment_is_never_listed_or_used(tmp_path, capsys, monkeypatch):
     envs = tmp_path / "envs"
     (envs / "torch-2.13.0" / "bin").mkdir(parents=True)  # a build killed half-way
-    assert _rb("env", "list", envs=envs).stdout.strip() == ""
-    used = _rb("matrix", "2.13.0", str(VENV), "--suite", "fork_wait", envs=envs)
+    assert _here(capsys, monkeypatch, "env", "list", envs=envs).stdout.strip() == ""
+    used = _here(capsys, monkeypatch, "matrix", "2.13.0", str(VENV), "--suite", "fork_wait",
+                 envs=envs)
     assert "no environment for torch 2.13.0" in _one_error_line(used)
 
 
-def test_an_unknown_version_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+def test_an_unknown_version_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, capsys):
     envs = tmp_path / "envs"
     # the registry pip is given: a local index of two torch releases (no test goes online)
     index = tmp_path / "simple" / "torch"
@@ -82,10 +94,10 @@ def test_an_unknown_version_is_one_line_and_leaves_nothing(tmp_path, monkeypatch
     unknown = _rb("env", "create", "0.0.1", envs=envs)  # asks the registry, which has no such torch
     assert "torch 0.0.1 is not on the package registry" in _one_error_line(unknown)
     assert not (envs / "torch-0.0.1").exists()
-    assert "not a torch release version" in _one_error_line(_rb("env", "create", "latest",
-                                                                envs=envs))
-    assert "no environment for torch 2.13.0" in _one_error_line(_rb("env", "remove", "2.13.0",
-                                                                    envs=envs))
+    assert "not a torch release version" in _one_error_line(
+        _here(capsys, monkeypatch, "env", "create", "latest", envs=envs))
+    assert "no environment for torch 2.13.0" in _one_error_line(
+        _here(capsys, monkeypatch, "env", "remove", "2.13.0", envs=envs))
 
 
 def test_a_torchvision_that_does_not_import_fails_the_build_and_leaves_nothing(tmp_path):
@@ -113,7 +125,8 @@ def test_a_torchvision_that_does_not_import_fails_the_build_and_leaves_nothing(t
     assert marker["torchvision"] is None
 
 
-def test_the_matrix_lists_a_feature_that_broke_and_a_warning_that_appeared(tmp_path):
+def test_the_matrix_lists_a_feature_that_broke_and_a_warning_that_appeared(tmp_path, capsys,
+                                                                         monkeypatch):
     before = planted_python(tmp_path / "before", "")
     after = planted_python(tmp_path / "after", "fork_warns=1,fork_threaded=1")
     out = _rb("matrix", str(before), str(after), "--suite", "fork_wait", "--case",
@@ -136,13 +149,14 @@ def test_the_matrix_lists_a_feature_that_broke_and_a_warning_that_appeared(tmp_p
     assert "pass -> fail" in out.stdout and "warning appeared" in out.stdout
     assert sorted(p.name for p in path.parent.glob("logs/*")) == ["side-0.log", "side-1.log"]
     # the verdicts again from the stored rounds, without measuring: the same changes
-    again = _rb("matrix", "--judge", str(path.parent), envs=tmp_path / "envs")
+    again = _here(capsys, monkeypatch, "matrix", "--judge", str(path.parent),
+                  envs=tmp_path / "envs")
     assert again.returncode == 1, again.stdout + again.stderr
     assert json.loads(path.read_text())["steps"][0]["changes"] == step["changes"]
     # the release-matrix page, in a real browser
     page_file = tmp_path / "matrix.html"
-    made = _rb("report", "--matrix", str(path.parent), "--out", str(page_file),
-               envs=tmp_path / "envs")
+    made = _here(capsys, monkeypatch, "report", "--matrix", str(path.parent), "--out",
+                 str(page_file), envs=tmp_path / "envs")
     assert made.returncode == 0, made.stderr
     page = visit(page_file.as_uri(), "matrix-planted", count=("table", ".changed", ".warns"))
     assert page.console_errors == [] and page.title == "torch release matrix"
@@ -153,9 +167,10 @@ def test_the_matrix_lists_a_feature_that_broke_and_a_warning_that_appeared(tmp_p
     assert page.counts[".warns"] == 2  # each version's warnings, hover for their text
 
 
-def test_the_matrix_of_one_torch_twice_lists_no_change(tmp_path):
+def test_the_matrix_of_one_torch_twice_lists_no_change(tmp_path, capsys, monkeypatch):
     envs = tmp_path / "envs"
-    assert _rb("env", "create", TORCH, "--reuse", str(VENV), envs=envs).returncode == 0
+    assert _here(capsys, monkeypatch, "env", "create", TORCH, "--reuse", str(VENV),
+                 envs=envs).returncode == 0
     out = _rb("matrix", str(VENV), TORCH, "--suite", "fork_wait", "--case",
               "release_notes_example", "--rounds", "1", "--out", str(tmp_path / "m"),
               envs=envs)
@@ -166,28 +181,32 @@ def test_the_matrix_of_one_torch_twice_lists_no_change(tmp_path):
     assert record["steps"][0]["changes"] == []
 
 
-def test_bad_input_to_the_matrix_is_one_line(tmp_path):
+def test_bad_input_to_the_matrix_is_one_line(tmp_path, capsys, monkeypatch):
     envs = tmp_path / "envs"
-    assert "at least two" in _one_error_line(_rb("matrix", str(VENV), envs=envs))
-    assert "named twice" in _one_error_line(_rb("matrix", str(VENV), str(VENV), envs=envs))
-    assert "not a matrix folder" in _one_error_line(
-        _rb("matrix", "--judge", str(tmp_path), envs=envs))
-    assert "no environment for torch 9.9.9" in _one_error_line(
-        _rb("matrix", "9.9.9", str(VENV), envs=envs))
+
+    def here(*args):
+        return _here(capsys, monkeypatch, *args, envs=envs)
+
+    assert "at least two" in _one_error_line(here("matrix", str(VENV)))
+    assert "named twice" in _one_error_line(here("matrix", str(VENV), str(VENV)))
+    assert "not a matrix folder" in _one_error_line(here("matrix", "--judge", str(tmp_path)))
+    assert "no environment for torch 9.9.9" in _one_error_line(here("matrix", "9.9.9",
+                                                                    str(VENV)))
     # an environment whose Python is gone
-    assert _rb("env", "create", TORCH, "--reuse", str(VENV), envs=envs).returncode == 0
+    assert here("env", "create", TORCH, "--reuse", str(VENV)).returncode == 0
     (envs / f"torch-{TORCH}" / "bin" / "python").unlink()
-    gone = _rb("matrix", TORCH, str(VENV), "--suite", "fork_wait", envs=envs)
+    gone = here("matrix", TORCH, str(VENV), "--suite", "fork_wait")
     assert "cannot run the suites" in _one_error_line(gone) or \
         "not a virtual environment" in _one_error_line(gone)
 
 
-def test_the_committed_release_matrix_renders_every_version(tmp_path):
+def test_the_committed_release_matrix_renders_every_version(tmp_path, capsys, monkeypatch):
     """The matrix measured over three torch releases on this machine kind (results/matrix)."""
     (path,) = sorted((ROOT / "results" / "matrix" / "amd-epyc-2c").glob("*.json"))[-1:]
     record = json.loads(path.read_text())
     page_file = tmp_path / "matrix.html"
-    made = _rb("report", "--matrix", str(path), "--out", str(page_file), envs=tmp_path)
+    made = _here(capsys, monkeypatch, "report", "--matrix", str(path), "--out", str(page_file),
+                 envs=tmp_path)
     assert made.returncode == 0, made.stderr
     page = visit(page_file.as_uri(), "release-matrix", count=("table", "tr", "td .stale"))
     assert page.console_errors == []
