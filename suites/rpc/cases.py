@@ -1,8 +1,9 @@
 """TensorPipe RPC backend and RPC async user functions (1.6 beta): are they right, how fast?
 
 Conformance: tensors of many dtypes and layouts round-trip bit for bit; a remote exception
-reaches the caller with its type and message; timeouts fire on time; a worker killed mid-run
-gives a clear error and every process is reaped; `@rpc.functions.async_execution` runs the
+reaches the caller with its type and message; timeouts fire on time; a graceful shutdown
+waits for a worker that reaches it later; a worker killed mid-run gives a clear error and
+every process is reaped; `@rpc.functions.async_execution` runs the
 release notes' example, chains, nests and fans out, rejects a non-Future return with the
 documented error, and serves a batched update with fewer RPC threads than requests.
 
@@ -21,7 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -207,6 +210,27 @@ def rpc_timeout(ctx: Context) -> None:
               f"after {short['elapsed']:.3f} s: {short['raised']}: {short['message']}"
               if short["raised"] else f"after {short['elapsed']:.3f} s")
     ctx.details["timeouts"] = res
+
+
+@suite.conformance(devices=("cpu",), needs=("distributed", "one_host"))
+def graceful_shutdown(ctx: Context) -> None:
+    """`rpc.shutdown()`, graceful by default, blocks "until all local and remote RPC processes
+    reach this method" (its docstring): worker0 leaves at once, worker1 reaches its shutdown
+    workers.LINGER_S later, and worker0's shutdown must not return before. A worker that
+    only serves leaves at once in every other case, so only this one holds the leader of the
+    barrier to waiting for the others."""
+    with tempfile.TemporaryDirectory(prefix="rb-shutdown-") as tmp:
+        note = Path(tmp) / "waited"
+        _workers_finish(ctx, workers.late_leaver, 2, (GroupSpec(), str(note)))
+        waited = float(note.read_text()) if note.exists() else None
+    if waited is None:
+        return
+    ctx.details["leader_shutdown_wait_s"] = waited
+    # the init barrier lets both leave init_rpc within milliseconds; half the linger leaves
+    # room for a busy machine's scheduling without passing a leader that did not wait
+    ctx.check(f"worker0's shutdown waits for worker1, which reaches it {workers.LINGER_S:g} s "
+              "later", waited >= workers.LINGER_S / 2,
+              f"returned after {waited:.2f} s")
 
 
 KILL_AFTER_S = 0.5

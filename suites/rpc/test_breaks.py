@@ -140,6 +140,13 @@ def init_refused() -> None:
     rpc.init_rpc = functools.partial(rpc.init_rpc, backend="not a backend")
 
 
+def shutdown_not_graceful() -> None:
+    """rpc.shutdown() leaves at once, as graceful=False does: a worker's shutdown no longer
+    waits for the others to reach theirs (neither torch's Python barrier nor the agent's join
+    through the store)."""
+    rpc.shutdown = functools.partial(rpc.shutdown, graceful=False)
+
+
 def _broken(case_name: str, setup) -> Result:
     """The case's result entry, `setup` having run in each of its workers (where unbroken it
     passes)."""
@@ -192,6 +199,12 @@ def test_a_round_trip_whose_call_fails_is_a_failed_check_with_the_error():
         c.name for c in entry.checks if c.passed}
 
 
+def test_the_shutdown_check_fails_when_shutdown_does_not_wait():
+    entry = _broken("graceful_shutdown", shutdown_not_graceful)
+    assert _failed(entry) == {"worker0's shutdown waits for worker1, which reaches it 1 s later"}
+    assert entry.details["leader_shutdown_wait_s"] < 0.5
+
+
 def test_timeout_checks_fail_when_timeouts_are_ignored():
     entry = _broken("rpc_timeout", timeouts_ignored)
     assert len(entry.checks) == 4
@@ -216,13 +229,15 @@ def test_reaping_check_fails_when_the_launcher_does_not_reap(monkeypatch):
 
 
 # What turns each case's feature off (tests/planted/feature_off.py: rpc_sync, rpc_async and
-# remote run the function in the caller), with the parameters it is run with. Each must then
-# fail: never pass on values that never crossed a process, never n/a.
+# remote run the function in the caller; for graceful_shutdown, a shutdown that does not
+# wait), with the parameters it is run with. Each must then fail: never pass on values that
+# never crossed a process, never n/a.
 FEATURE_OFF = {
     ("roundtrip", "default"): ("rpc", {}),
     ("remote_exception", "default"): ("rpc", {}),
     ("rpc_timeout", "default"): ("rpc", {}),
     ("worker_killed", "default"): ("rpc", {}),
+    ("graceful_shutdown", "default"): (shutdown_not_graceful, {}),
     ("async_execution", "default"): ("rpc", {}),
     ("async_batch_no_deadlock", "default"): ("rpc", {}),
     ("clean_exit", "trials=2"): ("rpc", {"trials": 2}),

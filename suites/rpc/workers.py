@@ -233,6 +233,22 @@ def remote_exception(rank: int, world: int, spec: GroupSpec
         return where, out
 
 
+LINGER_S = 1.0  # how much later than worker0 worker1 reaches its shutdown
+
+
+def late_leaver(rank: int, world: int, spec: GroupSpec, note: str) -> None:
+    """worker1 reaches its graceful shutdown LINGER_S after worker0, the leader of torch's
+    shutdown barrier (the smallest name), which then writes to `note` how long its own
+    shutdown blocked: in a file, so that the wait is known even if worker1 fails to leave."""
+    with joined(rank, world, spec):
+        if rank != 0:
+            time.sleep(LINGER_S)
+            return
+        t0 = time.monotonic()
+    with open(note, "w") as f:
+        f.write(f"{time.monotonic() - t0:.6f}\n")
+
+
 def _timed_call(call: Callable[[], object]) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
