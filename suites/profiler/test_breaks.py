@@ -98,7 +98,9 @@ BREAKS: dict[str, Callable] = {
 }
 # The breaks each case is shown against (together they fail every one of its checks).
 CASE_BREAKS = {
-    "known_allocations": ("memory scaled x1.5", "frees dropped"),
+    # +4 B per event: the regions' own bytes (the empty-region control) take it off the
+    # allocations, but not off the CPU run's device bytes, which must stay 0
+    "known_allocations": ("memory scaled x1.5", "frees dropped", "memory +4 B per event"),
     "resnet18_ops": ("memory scaled x1.5", "memory +4 B per event"),
     "peak_memory": ("frees dropped",),
     "timing_accuracy": ("times stretched x1.10",),
