@@ -48,6 +48,9 @@ API_CHECK = CheckVersion(
     2, "torch raising under one profiler API fails that API's check and the case goes on "
     "with the others; an API that raises when made counts as present")
 
+TIMING_CHECK = CheckVersion(
+    3, "record_function as a decorator must end each call's region with the call (a region "
+    "left open until the next call went unseen by version 2)")
 ALLOCATIONS_CHECK = CheckVersion(
     3, "on the CPU, every region must report no device memory (a CPU event's device bytes "
     "starting at 1 instead of 0 went unseen by version 2)")
@@ -489,6 +492,31 @@ def _timed_session(api: str, device: str, durations: tuple[float, ...]) -> Timed
     return TimedSession(errors, float(offset), float(slope - 1))
 
 
+DECORATED_S = 20e-3  # each call of the decorated function, and the gap after it
+DECORATED_TOLERANCE = 0.5  # a region that ran on into the gap reads about +100%
+
+
+def _decorated_calls(api: str, device: str) -> tuple[list[float], int]:
+    """A function labelled by `record_function` used as a decorator (one instance for every
+    call, as ContextDecorator has it), called twice with as long a busy gap after each call,
+    outside any region: each reported region's relative error against its call, and the
+    number of calls. A region that ends only when the next call replaces it, or never, shows
+    here and nowhere else: the other regions are each a fresh `with record_function(...)`
+    dropped at once."""
+
+    @autograd_profiler.record_function("decorated")
+    def labelled() -> float:
+        return truth.busy_wait(DECORATED_S)
+
+    measured = []
+    with apis.open_profiler(api, device, memory=False) as prof:
+        for _ in range(2):
+            measured.append(labelled())
+            truth.busy_wait(DECORATED_S)
+    reported = _host_durations(prof, ["decorated"])
+    return [r / m - 1 for r, m in zip(reported, measured, strict=False)], len(measured)
+
+
 def _undecided(sessions: list[TimedSession], checked: list[str]) -> bool:
     """Whether any checked length's error interval still reaches across the tolerance."""
     for lb in checked:
@@ -508,12 +536,13 @@ def _undecided(sessions: list[TimedSession], checked: list[str]) -> bool:
                       "duration, per profiler API.", unit="%", tracks=["time_error"],
                       labels={"api": apis.API_NAMES,
                               "region": FromSetting("durations_s", region_label)})],
-                   check=API_CHECK)
+                   check=TIMING_CHECK)
 def timing_accuracy(ctx: Context) -> None:
     """Regions of known length (CPU busy-wait; torch.cuda._sleep on GPU) report their
     duration within 5%, judged with the interval over independent profiler sessions
     (checked from 20 ms): pass inside it, fail past it, inconclusive across it once the
-    further sessions are spent."""
+    further sessions are spent. And `record_function` used as a decorator labels each call
+    and nothing after it."""
     device, cuda = ctx.device, ctx.device == "cuda"
     durations = tuple(ctx.settings["durations_s"])
     first, cap = ctx.settings["sessions"]
@@ -543,6 +572,13 @@ def timing_accuracy(ctx: Context) -> None:
                        kind="error", better="lower", labels={"api": api},
                        samples=[s.offset_s for s in sessions])
             ctx.metric("sessions", len(sessions), "sessions", kind="count", labels={"api": api})
+            errors, calls = _decorated_calls(api, device)
+            ctx.check(f"{api}: a decorated function's region ends with each call",
+                      len(errors) == calls and max(map(abs, errors)) <= DECORATED_TOLERANCE,
+                      f"{len(errors)} of {calls} calls recorded"
+                      + "".join(f", {e:+.1%}" for e in errors) + f" (calls of "
+                      f"{DECORATED_S * 1e3:g} ms, each followed by {DECORATED_S * 1e3:g} ms "
+                      "outside the region)")
     ctx.table("timing_accuracy", list(rows.values()), show=True)
     ctx.details["clocksource"] = truth.clocksource()
     ctx.note(f"tolerance {TIME_TOLERANCE:.0%} of the true duration: the mean over profiler "
