@@ -52,8 +52,9 @@ TIMING_CHECK = CheckVersion(
     3, "record_function as a decorator must end each call's region with the call (a region "
     "left open until the next call went unseen by version 2)")
 ALLOCATIONS_CHECK = CheckVersion(
-    3, "on the CPU, every region must report no device memory (a CPU event's device bytes "
-    "starting at 1 instead of 0 went unseen by version 2)")
+    3, "on the CPU, every region must report no device memory, and every region of a local "
+    "run node_id -1 (a CPU event's device bytes starting at 1 instead of 0, and node_id 0 "
+    "for local events, went unseen by version 2)")
 
 TIME_TOLERANCE = 0.05  # relative; the issue's aim
 # timing_accuracy times regions of the lengths its settings declare. record_function adds its
@@ -188,6 +189,12 @@ def known_allocations(ctx: Context) -> None:
                 ctx.check(f"{api}: no device memory where only the CPU allocated", not phantom,
                           f"{len(phantom)} of {len(found)} regions report device bytes"
                           + (f", e.g. {min(phantom.items())}" if phantom else ""))
+            # FunctionEvent's docstring: "Node identifier for distributed profiling (-1 if not
+            # applicable)"; a table shows a Node ID column as soon as one event has another
+            remote = {n: e.node_id for n, e in found.items() if e.node_id != -1}
+            ctx.check(f"{api}: a local run's regions say node_id -1", not remote,
+                      f"{len(remote)} of {len(found)} regions carry another node_id"
+                      + (f", e.g. {min(remote.items())}" if remote else ""))
             for r in rows:  # the largest miss of any API so far, allocation or free
                 r["error_B"] = max(r.get("error_B", 0), abs(r[f"{api}_B"] - r["truth_B"]),
                                    abs(r[f"{api}_free_B"] + r["truth_B"]))
