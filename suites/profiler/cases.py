@@ -49,8 +49,9 @@ API_CHECK = CheckVersion(
     "with the others; an API that raises when made counts as present")
 
 TIMING_CHECK = CheckVersion(
-    3, "record_function as a decorator must end each call's region with the call (a region "
-    "left open until the next call went unseen by version 2)")
+    3, "record_function as a decorator must end each call's region with the call, and a region "
+    "with no op inside must report all its time as its own (a region left open until the next "
+    "call, and a wrong Self CPU time, went unseen by version 2)")
 ALLOCATIONS_CHECK = CheckVersion(
     3, "on the CPU, every region must report no device memory, and every region of a local "
     "run node_id -1 (a CPU event's device bytes starting at 1 instead of 0, and node_id 0 "
@@ -503,13 +504,23 @@ DECORATED_S = 20e-3  # each call of the decorated function, and the gap after it
 DECORATED_TOLERANCE = 0.5  # a region that ran on into the gap reads about +100%
 
 
-def _decorated_calls(api: str, device: str) -> tuple[list[float], int]:
+@dataclass(frozen=True)
+class DecoratedCalls:
+    """What `_decorated_calls` saw: per region recorded, its relative error against its call
+    and the share of its time it reports as its own (Self CPU); and the calls made."""
+
+    errors: list[float]
+    self_shares: list[float]
+    calls: int
+
+
+def _decorated_calls(api: str, device: str) -> DecoratedCalls:
     """A function labelled by `record_function` used as a decorator (one instance for every
     call, as ContextDecorator has it), called twice with as long a busy gap after each call,
-    outside any region: each reported region's relative error against its call, and the
-    number of calls. A region that ends only when the next call replaces it, or never, shows
-    here and nowhere else: the other regions are each a fresh `with record_function(...)`
-    dropped at once."""
+    outside any region. A region that ends only when the next call replaces it, or never,
+    shows here and nowhere else: the other regions are each a fresh `with
+    record_function(...)` dropped at once. No op runs inside a call, so all of its time is
+    its own: Self CPU equals CPU total."""
 
     @autograd_profiler.record_function("decorated")
     def labelled() -> float:
@@ -520,8 +531,12 @@ def _decorated_calls(api: str, device: str) -> tuple[list[float], int]:
         for _ in range(2):
             measured.append(labelled())
             truth.busy_wait(DECORATED_S)
-    reported = _host_durations(prof, ["decorated"])
-    return [r / m - 1 for r, m in zip(reported, measured, strict=False)], len(measured)
+    regions = sorted((e for e in apis.host_events(prof) if e.name == "decorated"),
+                     key=lambda e: e.time_range.start)
+    return DecoratedCalls(
+        [e.cpu_time_total / 1e6 / m - 1 for e, m in zip(regions, measured, strict=False)],
+        [e.self_cpu_time_total / e.cpu_time_total for e in regions if e.cpu_time_total],
+        len(measured))
 
 
 def _undecided(sessions: list[TimedSession], checked: list[str]) -> bool:
@@ -579,13 +594,18 @@ def timing_accuracy(ctx: Context) -> None:
                        kind="error", better="lower", labels={"api": api},
                        samples=[s.offset_s for s in sessions])
             ctx.metric("sessions", len(sessions), "sessions", kind="count", labels={"api": api})
-            errors, calls = _decorated_calls(api, device)
+            dec = _decorated_calls(api, device)
             ctx.check(f"{api}: a decorated function's region ends with each call",
-                      len(errors) == calls and max(map(abs, errors)) <= DECORATED_TOLERANCE,
-                      f"{len(errors)} of {calls} calls recorded"
-                      + "".join(f", {e:+.1%}" for e in errors) + f" (calls of "
+                      len(dec.errors) == dec.calls
+                      and max(map(abs, dec.errors)) <= DECORATED_TOLERANCE,
+                      f"{len(dec.errors)} of {dec.calls} calls recorded"
+                      + "".join(f", {e:+.1%}" for e in dec.errors) + f" (calls of "
                       f"{DECORATED_S * 1e3:g} ms, each followed by {DECORATED_S * 1e3:g} ms "
                       "outside the region)")
+            ctx.check(f"{api}: a region with no op inside reports all its time as its own",
+                      bool(dec.self_shares) and all(abs(x - 1) < 1e-9 for x in dec.self_shares),
+                      "Self CPU / CPU total: "
+                      + (", ".join(f"{x:.3f}" for x in dec.self_shares) or "no region"))
     ctx.table("timing_accuracy", list(rows.values()), show=True)
     ctx.details["clocksource"] = truth.clocksource()
     ctx.note(f"tolerance {TIME_TOLERANCE:.0%} of the true duration: the mean over profiler "
