@@ -457,7 +457,8 @@ def test_timing_accuracy(cuda_rehearsal, monkeypatch):
     assert {c.name for c in entry.checks} == spun | {
         f"{api}: {what}" for api in profiler_apis.API_NAMES
         for what in ("a decorated function's region ends with each call",  # a host-side spin
-                     "a region with no op inside reports all its time as its own")}
+                     "a region with no op inside reports all its time as its own",
+                     "key_averages' row sums its events' calls and times")}
     assert all(row["case"].startswith("cuda._sleep") for row in entry.tables["timing_accuracy"])
     each_check_fails_under_a_break(r, monkeypatch, "timing_accuracy", TIMING)
     r.stand_in.spins.reported = 1.5

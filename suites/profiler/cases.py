@@ -51,7 +51,8 @@ API_CHECK = CheckVersion(
 TIMING_CHECK = CheckVersion(
     3, "record_function as a decorator must end each call's region with the call, and a region "
     "with no op inside must report all its time as its own (a region left open until the next "
-    "call, and a wrong Self CPU time, went unseen by version 2)")
+    "call, and a wrong Self CPU time, went unseen by version 2); key_averages' row for those "
+    "regions must sum their calls and times")
 ALLOCATIONS_CHECK = CheckVersion(
     3, "on the CPU, every region must report no device memory, and every region of a local "
     "run node_id -1 (a CPU event's device bytes starting at 1 instead of 0, and node_id 0 "
@@ -512,6 +513,7 @@ class DecoratedCalls:
     errors: list[float]
     self_shares: list[float]
     calls: int
+    row: dict[str, tuple[float, float]]  # key_averages' row: (its figure, its events' sum)
 
 
 def _decorated_calls(api: str, device: str) -> DecoratedCalls:
@@ -533,10 +535,14 @@ def _decorated_calls(api: str, device: str) -> DecoratedCalls:
             truth.busy_wait(DECORATED_S)
     regions = sorted((e for e in apis.host_events(prof) if e.name == "decorated"),
                      key=lambda e: e.time_range.start)
+    avg = apis.op_table(prof).get("decorated")
+    row = {f: (getattr(avg, f) if avg else float("nan"), sum(getattr(e, f) for e in regions))
+           for f in ("count", "cpu_time_total", "self_cpu_time_total")}
+    row["count"] = (row["count"][0], len(regions))
     return DecoratedCalls(
         [e.cpu_time_total / 1e6 / m - 1 for e, m in zip(regions, measured, strict=False)],
         [e.self_cpu_time_total / e.cpu_time_total for e in regions if e.cpu_time_total],
-        len(measured))
+        len(measured), row)
 
 
 def _undecided(sessions: list[TimedSession], checked: list[str]) -> bool:
@@ -606,6 +612,11 @@ def timing_accuracy(ctx: Context) -> None:
                       bool(dec.self_shares) and all(abs(x - 1) < 1e-9 for x in dec.self_shares),
                       "Self CPU / CPU total: "
                       + (", ".join(f"{x:.3f}" for x in dec.self_shares) or "no region"))
+            # key_averages "averages all function events over their keys": its row's totals
+            # are its events' sums
+            ctx.check(f"{api}: key_averages' row sums its events' calls and times",
+                      all(a == b for a, b in dec.row.values()),
+                      "; ".join(f"{f} {a:g} (events: {b:g})" for f, (a, b) in dec.row.items()))
     ctx.table("timing_accuracy", list(rows.values()), show=True)
     ctx.details["clocksource"] = truth.clocksource()
     ctx.note(f"tolerance {TIME_TOLERANCE:.0%} of the true duration: the mean over profiler "
