@@ -975,8 +975,12 @@ def _judge(plan: Plan, env: Env, record: Record, mutant: Mutant, source: str,
     code = mutated_source(source, mutant)
     entry: dict[str, Any] = {"line": mutant.first_line, "last_line": mutant.last_line,
                              "function": mutant.function, "diff": diff(source, code)}
-    cases = {k: record.cases[k] for k in judges_of(mutant, record.cases, record.cases)} \
-        or dict(record.cases)  # module-level lines: every case that uses the module
+    # judged again (--again, after a check was added): by every case that uses the module,
+    # since the survey's coverage predates the new check, which may read the mutant's lines
+    again = mutant.name in record.judged
+    cases = dict(record.cases) if again else (
+        {k: record.cases[k] for k in judges_of(mutant, record.cases, record.cases)}
+        or dict(record.cases))  # module-level lines: every case that uses the module
     try:
         env.write_mutant(plan.target, code)
         j = judge_by_suite(env, plan.suite, cases, plan.timeout_s, scratch)
