@@ -49,14 +49,12 @@ API_CHECK = CheckVersion(
     "with the others; an API that raises when made counts as present")
 
 TIMING_CHECK = CheckVersion(
-    3, "record_function as a decorator must end each call's region with the call, and a region "
-    "with no op inside must report all its time as its own (a region left open until the next "
-    "call, and a wrong Self CPU time, went unseen by version 2); key_averages' row for those "
-    "regions must sum their calls and times")
+    3, "three checks added: record_function used as a decorator ends each call's region with "
+    "the call; a region with no op inside reports all its time as its own (Self CPU); "
+    "key_averages' row of those regions sums their calls and times")
 ALLOCATIONS_CHECK = CheckVersion(
-    3, "on the CPU, every region must report no device memory, and every region of a local "
-    "run node_id -1 (a CPU event's device bytes starting at 1 instead of 0, and node_id 0 "
-    "for local events, went unseen by version 2)")
+    3, "two checks added: on the CPU no region reports device memory, and a local run's "
+    "regions say node_id -1")
 
 TIME_TOLERANCE = 0.05  # relative; the issue's aim
 # timing_accuracy times regions of the lengths its settings declare. record_function adds its
@@ -537,8 +535,7 @@ def _decorated_calls(api: str, device: str) -> DecoratedCalls:
                      key=lambda e: e.time_range.start)
     avg = apis.op_table(prof).get("decorated")
     row = {f: (getattr(avg, f) if avg else float("nan"), sum(getattr(e, f) for e in regions))
-           for f in ("count", "cpu_time_total", "self_cpu_time_total")}
-    row["count"] = (row["count"][0], len(regions))
+           for f in ("count", "cpu_time_total", "self_cpu_time_total")}  # an event's count is 1
     return DecoratedCalls(
         [e.cpu_time_total / 1e6 / m - 1 for e, m in zip(regions, measured, strict=False)],
         [e.self_cpu_time_total / e.cpu_time_total for e in regions if e.cpu_time_total],
@@ -569,8 +566,9 @@ def timing_accuracy(ctx: Context) -> None:
     """Regions of known length (CPU busy-wait; torch.cuda._sleep on GPU) report their
     duration within 5%, judged with the interval over independent profiler sessions
     (checked from 20 ms): pass inside it, fail past it, inconclusive across it once the
-    further sessions are spent. And `record_function` used as a decorator labels each call
-    and nothing after it."""
+    further sessions are spent. And regions of a function decorated with `record_function`:
+    each ends with its call, reports all its time as its own (no op runs inside), and
+    key_averages' row of them sums their calls and times."""
     device, cuda = ctx.device, ctx.device == "cuda"
     durations = tuple(ctx.settings["durations_s"])
     first, cap = ctx.settings["sessions"]
