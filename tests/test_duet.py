@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from inprocess import release_bench
 
 from harness import records
 from harness.comparing import campaign, compare
@@ -153,15 +154,14 @@ def compare_cal():
 
 
 def test_duet_options_refuse_what_cannot_be_a_duet_in_one_line(capsys, monkeypatch):
-    from test_cli import in_process
 
     monkeypatch.chdir(ROOT)
-    out = in_process(capsys, "ab", ".venv", ".venv", "--duet", "--suite", "fork_wait")
+    out = release_bench(capsys, "ab", ".venv", ".venv", "--duet", "--suite", "fork_wait")
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "none of the selected benchmarks" in out.stderr
-    out = in_process(capsys, "run", "--suite", "amp", "--only", "gemm_ladder", "--cpus", "9999")
+    out = release_bench(capsys, "run", "--suite", "amp", "--only", "gemm_ladder", "--cpus", "9999")
     assert out.returncode == 2 and "cannot pin" in out.stderr
-    out = in_process(capsys, "run", "--cpus", "x")
+    out = release_bench(capsys, "run", "--cpus", "x")
     assert out.returncode == 2 and "not a CPU list" in out.stderr
 
 

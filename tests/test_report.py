@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from browser import visit
+from inprocess import release_bench
 
 from harness import records, registry
 from harness.presenting import figures, report
@@ -46,13 +47,12 @@ def test_report_sections_from_a_real_run(real_run, tmp_path):
 
 
 def test_report_cli_defaults_and_bad_input(real_run, tmp_path, capsys):
-    from test_cli import in_process
 
     runs_dir = real_run.parent.parent
-    out = in_process(capsys, "report", "--runs-dir", str(runs_dir), "--out",
+    out = release_bench(capsys, "report", "--runs-dir", str(runs_dir), "--out",
                      str(tmp_path / "r.html"))
     assert out.returncode == 0 and (tmp_path / "r.html").exists()
-    empty = in_process(capsys, "report", "--runs-dir", str(tmp_path / "none"))
+    empty = release_bench(capsys, "report", "--runs-dir", str(tmp_path / "none"))
     assert empty.returncode == 2 and empty.stderr.count("\n") == 1
 
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from inprocess import release_bench
 
 from harness.comparing import campaign
 from harness.running import turns
@@ -222,7 +223,6 @@ def test_round_trips_in_bursts_run_the_caller_and_the_callee_on_cpus_of_their_ow
 
 
 def test_bad_bursts_options_are_one_line_and_exit_2(capsys, monkeypatch):
-    from test_cli import in_process
 
     monkeypatch.chdir(ROOT)
     for args, said in (
@@ -231,7 +231,7 @@ def test_bad_bursts_options_are_one_line_and_exit_2(capsys, monkeypatch):
             (["ab", ".venv", ".venv", "--bursts", "--suite", "fork_wait"],
              "none of the selected benchmarks can run in bursts"),
             (["run", "--suite", "rpc", "--turns", "C@/nowhere"], "expected SIDE@SOCKET")):
-        out = in_process(capsys, *args)
+        out = release_bench(capsys, *args)
         assert out.returncode == 2, (args, out.stderr)
         assert out.stderr.strip().count("\n") == 0 and said in out.stderr, out.stderr
 
