@@ -28,11 +28,14 @@ VENV = Path(sys.prefix)
 TORCH = torch.__version__.split("+")[0]
 
 
+def _uncalibrated(args: tuple[str, ...]) -> tuple[str, ...]:
+    """A matrix with fixed rounds and floors, whatever calibration is committed."""
+    return (*args, "--calibration", "none") if args[0] == "matrix" else args
+
+
 def _rb(*args: str, envs: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    if args[0] == "matrix":  # fixed rounds and floors, whatever calibration is committed
-        args = (*args, "--calibration", "none")
-    return subprocess.run([BIN / "release-bench", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT,
+    return subprocess.run([BIN / "release-bench", *_uncalibrated(args)], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT,
                           env=os.environ | {"RELEASE_BENCH_ENVS": str(envs)})
 
 
@@ -41,9 +44,7 @@ def _here(capsys, monkeypatch, *args: str, envs: Path) -> subprocess.CompletedPr
     from harness.releases import envs as store
 
     monkeypatch.setattr(store, "ENVS", envs)
-    if args[0] == "matrix":
-        args = (*args, "--calibration", "none")
-    return release_bench(capsys, *args)
+    return release_bench(capsys, *_uncalibrated(args))
 
 
 def _one_error_line(out: subprocess.CompletedProcess, progress: bool = False) -> str:

@@ -32,41 +32,41 @@ MEMORY_EVENT = "[memory]"
 # --- breaks ---------------------------------------------------------------------------------
 
 
+def after_init(monkeypatch, cls: type, change: Callable[[Any], None]) -> None:
+    """Every `cls` made from now on is changed by `change` once torch has built it."""
+    init = cls.__init__
+
+    def changed(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        change(self)
+
+    monkeypatch.setattr(cls, "__init__", changed)
+
+
 def skew_memory(monkeypatch, factor: float = 1.0, offset: int = 0) -> None:
     """Every event reports factor * its bytes + offset (CPU and device memory alike)."""
-    init = FunctionEvent.__init__
 
-    def skewed(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        self.cpu_memory_usage = round(self.cpu_memory_usage * factor) + offset
-        self.device_memory_usage = round(self.device_memory_usage * factor) + offset
+    def skew(e) -> None:
+        e.cpu_memory_usage = round(e.cpu_memory_usage * factor) + offset
+        e.device_memory_usage = round(e.device_memory_usage * factor) + offset
 
-    monkeypatch.setattr(FunctionEvent, "__init__", skewed)
+    after_init(monkeypatch, FunctionEvent, skew)
 
 
 def node_id_zero(monkeypatch) -> None:
     """Every event of a local run says node 0, as if it ran on the first node of a
     distributed run, instead of -1 (not applicable)."""
-    init = FunctionEvent.__init__
-
-    def on_node_0(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        self.node_id = 0
-
-    monkeypatch.setattr(FunctionEvent, "__init__", on_node_0)
+    after_init(monkeypatch, FunctionEvent, lambda e: setattr(e, "node_id", 0))
 
 
 def swap_devices(monkeypatch) -> None:
     """Every event reports its host bytes as device bytes and its device bytes as host bytes:
     memory attributed to the wrong device."""
-    init = FunctionEvent.__init__
 
-    def swapped(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        self.cpu_memory_usage, self.device_memory_usage = (self.device_memory_usage,
-                                                           self.cpu_memory_usage)
+    def swap(e) -> None:
+        e.cpu_memory_usage, e.device_memory_usage = e.device_memory_usage, e.cpu_memory_usage
 
-    monkeypatch.setattr(FunctionEvent, "__init__", swapped)
+    after_init(monkeypatch, FunctionEvent, swap)
 
 
 class _WithoutFrees:
@@ -123,13 +123,7 @@ def averages_miscounted(monkeypatch) -> None:
     """key_averages' rows start their Self CPU total at -1 us instead of 0."""
     from torch.autograd.profiler_util import FunctionEventAvg
 
-    init = FunctionEventAvg.__init__
-
-    def from_minus_one(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        self.self_cpu_time_total = -1
-
-    monkeypatch.setattr(FunctionEventAvg, "__init__", from_minus_one)
+    after_init(monkeypatch, FunctionEventAvg, lambda row: setattr(row, "self_cpu_time_total", -1))
 
 
 def abort_at_exit(mp: pytest.MonkeyPatch) -> None:
