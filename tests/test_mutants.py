@@ -91,6 +91,26 @@ def test_the_sample_is_fixed_by_its_seed_and_kept_in_module_order():
     assert mutants.sample(names[:3], 10, 58) == names[:3]
 
 
+@pytest.mark.parametrize("n, old, new", [(207, 25, 45), (39, 20, 30), (2000, 20, 40)])
+def test_a_grown_sample_is_the_sample_a_new_campaign_would_draw(n, old, new):
+    # a record's sample grown with --sample keeps every mutant already judged, and is the
+    # sample that a campaign started with the larger size draws: its command reproduces it
+    names = [f"m{i}" for i in range(n)]
+    first = mutants.sample(names, old, 58)
+    grown = mutants.grown_sample(names, first, new, 58)
+    assert set(first) < set(grown) and grown == mutants.sample(names, new, 58)
+
+
+def test_a_sample_that_cannot_grow_into_a_new_campaigns_is_refused():
+    # random.sample switches method between these sizes over 22 names: the larger draw
+    # does not hold the smaller one, and growing would judge a sample no command draws
+    names = [f"m{i}" for i in range(22)]
+    first = mutants.sample(names, 5, 58)
+    assert not set(first) <= set(mutants.sample(names, 6, 58))
+    with pytest.raises(mutants.MutantsError, match="does not hold the record's 5"):
+        mutants.grown_sample(names, first, 6, 58)
+
+
 def test_a_mutant_is_judged_by_the_judges_that_run_its_lines():
     runs = {"a": mutants.CaseRun("pass", (), (1, 2, 3)), "b": mutants.CaseRun("pass", (), (9,))}
     m = Mutant("core/NumberReplacer", 0, 3, 4)

@@ -35,8 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--within", action="append", default=[], metavar="QUALNAME",
                         help="only mutants inside this function or class (repeatable), e.g. "
                              "DistributedDataParallel.forward")
-    parser.add_argument("--sample", type=_positive_int, default=25, metavar="N",
-                        help="mutants to sample from those on reached lines (default: 25)")
+    parser.add_argument("--sample", type=_positive_int, metavar="N",
+                        help="mutants to sample from those on reached lines (default: 25); "
+                             "a larger N than an existing record's grows its sample into "
+                             "the one a new campaign with N would draw")
     parser.add_argument("--seed", type=int, default=58, metavar="K",
                         help="the sample's seed (default: 58)")
     parser.add_argument("--mutant", action="append", default=[], metavar="NAME",

@@ -802,6 +802,20 @@ def sample(names: Sequence[str], size: int, seed: int) -> list[str]:
     return [n for n in names if n in picked]
 
 
+def grown_sample(names: Sequence[str], old: Sequence[str], size: int, seed: int) -> list[str]:
+    """The sample of `size` that `sample` draws from `names` with `seed`, when it holds the
+    `old` sample (drawn with the same seed): a record's sample grows into the very sample a
+    campaign started with `size` would judge. random.sample draws its first k the same way
+    whatever the size asked, except where a larger size makes it switch method: then the
+    larger sample is not a superset, and growing is refused rather than drawing another."""
+    grown = sample(names, size, seed)
+    if not set(old) <= set(grown):
+        raise MutantsError(f"a sample of {size} drawn with seed {seed} does not hold the "
+                           f"record's {len(old)}: start a new record (another --out) to "
+                           f"sample {size}")
+    return grown
+
+
 def judges_of(mutant: Mutant, runs: dict[str, Any], everyone: Iterable[str]) -> list[str]:
     """The judges (cases, tests) that run one of the mutant's lines."""
     lines = set(mutant.lines)
@@ -809,6 +823,9 @@ def judges_of(mutant: Mutant, runs: dict[str, Any], everyone: Iterable[str]) -> 
 
 
 # ---------------------------------------------------------------- the campaign
+
+DEFAULT_SAMPLE = 25  # mutants sampled for a new record when --sample is not given
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -818,7 +835,7 @@ class Plan:
     suite: str
     cases: tuple[str, ...] = ()  # --case: names containing one of these (all by default)
     skip: tuple[str, ...] = ("clean_exit",)
-    size: int = 25
+    size: int | None = None  # --sample (25 for a new record); a larger one grows a record's
     seed: int = 58
     names: tuple[str, ...] = ()  # --mutant: these mutants instead of a sample
     test_groups: tuple[str, ...] = ()
@@ -861,6 +878,16 @@ def campaign(plan: Plan, env: Env, log: Callable[[str], None] = print) -> Record
         records.write_json_atomic(path, record.to_json())
     elif plan.names:
         record.sample = list(dict.fromkeys([*record.sample, *plan.names]))
+    elif plan.size is not None and plan.size > len(record.sample):
+        if plan.seed != record.seed:
+            raise MutantsError(f"the record's sample was drawn with seed {record.seed}, "
+                               f"not {plan.seed}: it grows with its own seed")
+        before = len(record.sample)
+        record.sample = grown_sample(record.reached, record.sample, plan.size, record.seed)
+        record.command = plan.command
+        records.write_json_atomic(path, record.to_json())
+        log(f"the sample grows from {before} to {len(record.sample)} mutants (seed "
+            f"{record.seed}: the sample --sample {plan.size} draws)")
     wanted = list(plan.names) or record.sample
     todo = [n for n in wanted if _needs_judging(record, n, plan)]
     log(f"torch/{plan.target.path}: {record.mutants} mutants, {len(record.reached)} on reached "
@@ -958,7 +985,8 @@ def _survey(plan: Plan, env: Env, all_mutants: list[Mutant], source: str, scratc
         operators=len(operator_names()),
         machine={"name": fp["name"], "cpu": fp["cpu"]["model"]},
         mutants=len(all_mutants), cases=using, unreached=unreached, reached=reached,
-        seed=plan.seed, sample=sample(reached, plan.size, plan.seed), tests=tests,
+        seed=plan.seed, sample=sample(reached, plan.size or DEFAULT_SAMPLE, plan.seed),
+        tests=tests,
         tests_dropped=dropped, test_groups=plan.test_groups, tests_sample=plan.tests_sample,
         reached_by_tests_only=by_tests_only, started=records.now(),
         setup_s=round(time.monotonic() - t0, 1), command=plan.command)
