@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 import threading
-import time
 import types
 
 import pytest
@@ -36,12 +35,6 @@ def _serving_threads() -> set[threading.Thread]:
 
 
 # --- the peer's services -------------------------------------------------------------------
-
-
-def test_a_gloo_echo_never_started_counts_as_ended(monkeypatch):
-    """Closing a Gloo path asks whether the peer's echo ended: with none started, it has."""
-    monkeypatch.setattr(remote, "_gloo", None)
-    assert remote.join_gloo_echo(30.0) is True
 
 
 def test_the_blocking_update_waits_for_its_batch_and_answers_with_the_stepped_weights(
@@ -284,37 +277,3 @@ def test_the_in_flight_figures_skip_payloads_too_large_to_keep_in_flight():
     (row,) = ctx.tables["in_flight"]
     assert row["size"] == cases.size_label(small) and row["speedup"] == pytest.approx(2.0)
     assert {m.labels["bytes"] for m in ctx.metrics} == {small}
-
-
-def test_the_peer_of_the_worker_killed_case_kills_itself_after_its_delay(monkeypatch):
-    """Rank 1 of worker_killed: in the group, it waits kill_after_s and SIGKILLs its own
-    process, before any call of its own (here the kill is recorded, and ends the worker as
-    the signal would)."""
-
-    class Killed(BaseException):
-        pass
-
-    events = []
-
-    class Joined:
-        def __init__(self, rank, world, spec):
-            events.append(("joined", rank))
-
-        def __enter__(self):
-            return rpc_group.Membership(1, 2)
-
-        def __exit__(self, *exc):
-            return False
-
-    def kill(pid, sig):
-        events.append(("kill", pid, sig))
-        raise Killed
-
-    monkeypatch.setattr(workers, "joined", Joined)
-    monkeypatch.setattr(workers, "time", types.SimpleNamespace(
-        sleep=lambda s: events.append(("sleep", s)), monotonic=time.monotonic))
-    monkeypatch.setattr(workers, "os", types.SimpleNamespace(kill=kill, getpid=os.getpid))
-    monkeypatch.setattr(rpc, "rpc_sync", lambda *a, **k: events.append("rpc_sync"))
-    with pytest.raises(Killed):
-        workers.killed_peer(1, 2, caller.GroupSpec(), 1.5)
-    assert events == [("joined", 1), ("sleep", 1.5), ("kill", os.getpid(), signal.SIGKILL)]
