@@ -70,17 +70,6 @@ def rank0_hangs_rank1_raises(rank, world):
     time.sleep(3600)
 
 
-def gloo_allreduce(rank, world):
-    import torch
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    t = torch.tensor([float(rank + 1)])
-    dist.all_reduce(t)
-    dist.destroy_process_group()
-    return t.item()
-
-
 def rejoin_three_times(rank, world):
     """Join the same RPC and Gloo group three times in a row, using both each time."""
     import torch
@@ -144,10 +133,6 @@ def test_returns_values_by_rank_with_loopback_env():
     assert {o["MASTER_ADDR"] for o in out} == {LOOPBACK}
     assert len({o["MASTER_PORT"] for o in out}) == 1
     assert _all_dead([o["pid"] for o in out])
-
-
-def test_real_gloo_process_group_on_loopback():
-    assert launch(gloo_allreduce, 2, timeout_s=120) == [3.0, 3.0]
 
 
 def test_workers_join_the_same_rpc_and_gloo_group_again_session_after_session():
