@@ -496,7 +496,8 @@ class Context:
                 raise
             what = str(e) if isinstance(e, launch.LaunchError) else \
                 f"torch raised {type(e).__name__}: {e}"
-            self.check(behaviour, False, f"{what[:240]} (at {where})")
+            self.checks.append(Check(behaviour, False, f"{what[:240]} (at {where})",
+                                     raised=True))
 
     def check_within(self, name: str, samples: Sequence[float], limit: float,
                      fmt: Callable[[float], str] = "{:.3g}".format) -> stats.Within:

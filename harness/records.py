@@ -311,10 +311,15 @@ class Check:
     performance: bool = False
     # judged with an interval that reached across its limit: neither passed nor failed
     inconclusive: bool = False
+    # failed because torch raised while the case exercised the behaviour (Context.exercising),
+    # not on a value the case read: the check names what broke, the exception says how
+    raised: bool = False
 
     def __post_init__(self) -> None:
         if self.passed and self.inconclusive:
             raise ValueError(f"check {self.name!r}: passed and inconclusive at once")
+        if self.raised and (self.passed or self.inconclusive):
+            raise ValueError(f"check {self.name!r}: raised, yet not failed")
 
     @property
     def failed(self) -> bool:
@@ -323,12 +328,14 @@ class Check:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Check:
         return cls(d["name"], bool(d["passed"]), d.get("detail", ""),
-                   bool(d.get("performance", False)), bool(d.get("inconclusive", False)))
+                   bool(d.get("performance", False)), bool(d.get("inconclusive", False)),
+                   bool(d.get("raised", False)))
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "passed": self.passed, "detail": self.detail}
         return (d | ({"performance": True} if self.performance else {})
-                | ({"inconclusive": True} if self.inconclusive else {}))
+                | ({"inconclusive": True} if self.inconclusive else {})
+                | ({"raised": True} if self.raised else {}))
 
 
 @dataclass(frozen=True)

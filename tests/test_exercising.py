@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from harness.cases import Context, raised_in_torch
+from harness.records import Check
 from harness.running import launch
 
 
@@ -22,6 +23,10 @@ def test_an_exception_torch_raises_fails_the_behaviours_check_and_the_case_goes_
     assert first.detail.startswith("torch raised AssertionError: The growth factor must be")
     assert "(at amp/grad_scaler.py:" in first.detail
     assert second.passed
+    # the run record keeps that it raised (mutation analysis counts it an error, not a wrong
+    # value caught), and a check failed on a value is not marked so
+    assert first.raised and not second.raised
+    assert Check.from_json(first.to_json()) == first and "raised" not in second.to_json()
 
 
 def test_an_exception_of_the_harness_is_an_error_not_a_check():

@@ -111,6 +111,46 @@ def test_a_sample_that_cannot_grow_into_a_new_campaigns_is_refused():
         mutants.grown_sample(names, first, 6, 58)
 
 
+def test_a_check_failed_because_torch_raised_is_an_error_and_judging_goes_on(monkeypatch,
+                                                                              tmp_path):
+    """The suite's kills by a check are wrong values caught, as PyTorch's tests' are their
+    assertions: a case that reports a call that raised as its behaviour's check failing
+    (Context.exercising) kills the mutant by an error, and the next case is run, whose check
+    on a value may yet say what broke."""
+    from harness.records import Check, Outcome, Result
+
+    raised = Check("the hybrid trains to the end", False, "torch raised TypeError: x (at y)",
+                   raised=True)
+    wrong = Check("embedding matches reference", False, "max error 0.5")
+    by_case = {"quick": [raised], "slow": [raised, wrong]}
+
+    def run_in(env, argv, limit):
+        case = argv[argv.index("--only") + 1]
+        out = Path(argv[argv.index("--out") + 1])
+        (out / "r.json").write_text(case)
+        return mutants.Ran(1, (), 1.0)
+
+    def read_results(out):
+        return read_results_of((out / "r.json").read_text())
+
+    def read_results_of(case):
+        return [Result("ddp_rpc", case, Outcome.FAIL, kind="conformance", device="cpu",
+                       checks=tuple(by_case[case]))]
+
+    monkeypatch.setattr(mutants, "run_in", run_in)
+    monkeypatch.setattr(mutants, "read_results", read_results)
+    clean = {read_results_of(c)[0].key: mutants.CaseRun("pass", seconds=s)
+             for c, s in (("quick", 1.0), ("slow", 9.0))}
+    judged = mutants.judge_by_suite(None, "ddp_rpc", clean, 60.0, tmp_path)
+    assert judged.fate is Fate.CHECK and judged.judges == ("ddp_rpc/quick", "ddp_rpc/slow")
+    assert judged.by == ("ddp_rpc/slow: embedding matches reference",)
+    by_case["slow"] = [raised]
+    judged = mutants.judge_by_suite(None, "ddp_rpc", clean, 60.0, tmp_path)
+    assert judged.fate is Fate.ERROR
+    assert judged.by[0] == ("ddp_rpc/quick: the hybrid trains to the end: torch raised "
+                            "TypeError: x (at y)")
+
+
 def test_a_mutant_is_judged_by_the_judges_that_run_its_lines():
     runs = {"a": mutants.CaseRun("pass", (), (1, 2, 3)), "b": mutants.CaseRun("pass", (), (9,))}
     m = Mutant("core/NumberReplacer", 0, 3, 4)

@@ -70,8 +70,11 @@ class MutantsError(Exception):
 class Fate(enum.StrEnum):
     """What judging one mutant came to."""
 
-    CHECK = "check"  # killed: a check failed that passes on the clean run (named)
-    ERROR = "error"  # killed: a case errored, ended otherwise than clean, or its process died
+    # killed: a check failed on a value, one that passes on the clean run (named)
+    CHECK = "check"
+    # killed: torch raised in a case (in a check's block or not), a case errored or ended
+    # otherwise than clean, or its process died
+    ERROR = "error"
     TIMEOUT = "timeout"  # killed: the judge ran past its time limit
     SURVIVED = "survived"
 
@@ -604,8 +607,9 @@ def judge_by_suite(env: Env, suite: str, cases: dict[str, CaseRun], timeout_s: f
                    scratch: Path) -> Judgement:
     """Run the cases (by result key) on the mutant, one case (all its parameter sets) per
     process, the quickest first, and compare each with its clean run; stop at the first case
-    where a check fails that passes on the clean run (the mutant's fate is then known; an
-    error goes on to the next case, whose check may yet say what broke)."""
+    where a check fails on a value that passes on the clean run (the mutant's fate is then
+    known; an error, or a check failed because torch raised, goes on to the next case, whose
+    check may yet say what broke)."""
     by_case: dict[str, dict[str, CaseRun]] = {}
     for key, run in cases.items():
         by_case.setdefault(records.CaseKey.parse(key).case, {})[key] = run
@@ -633,8 +637,11 @@ def judge_by_suite(env: Env, suite: str, cases: dict[str, CaseRun], timeout_s: f
             clean = by_case[name].get(r.key)
             if clean is None:
                 continue
-            failed += [f"{r.case_id}: {c.name}" for c in r.checks
-                       if c.failed and c.name not in clean.failing]
+            new = [c for c in r.checks if c.failed and c.name not in clean.failing]
+            # a check failed on a value says what broke; one that failed because torch raised
+            # in its block (Context.exercising) is the crash PyTorch's tests count as an error
+            failed += [f"{r.case_id}: {c.name}" for c in new if not c.raised]
+            broke += [f"{r.case_id}: {c.name}: {c.detail}"[:300] for c in new if c.raised]
             if str(r.outcome) != clean.status:
                 broke.append(f"{r.case_id}: {r.outcome}: {r.reason}"[:300])
         broke += [f"{k}: did not run" for k in by_case[name] if k not in seen]
