@@ -132,9 +132,10 @@ class FeatureAbsent(Exception):
     `FeatureAbsent("torch.amp.GradScaler", "torch.amp has no GradScaler")`.
     """
 
-    def __init__(self, what: str, how: str):
+    def __init__(self, what: str, how: str, *, raised: bool = False):
         super().__init__(f"{what}: {how}")
-        self.what, self.how = what, how
+        # raised: torch raised where the behaviour was tried (its check failed by an exception)
+        self.what, self.how, self.raised = what, how, raised
 
 
 def has_api(dotted: str) -> bool:
@@ -468,14 +469,16 @@ class Context:
         return launch.launch(fn, nprocs, args, cluster=self.cluster, **kw)
 
     def check(self, name: str, passed: bool, detail: str = "", *,
-              performance: bool = False) -> bool:
+              performance: bool = False, raised: bool = False) -> bool:
         """Record one documented behaviour as passed or failed; returns `passed`.
 
         `performance=True` marks a check of a timing (a speedup floor, a latency bound) rather
         than of a result: failed on a machine that telemetry found contended, it makes the
-        case invalid instead of failed.
+        case invalid instead of failed. `raised=True` says that a failure is torch raising
+        where the behaviour was exercised, not a wrong value (as `exercising` records it).
         """
-        self.checks.append(Check(name, bool(passed), detail, performance))
+        self.checks.append(Check(name, bool(passed), detail, performance,
+                                 raised=raised and not passed))
         return bool(passed)
 
     @contextlib.contextmanager
@@ -496,8 +499,7 @@ class Context:
                 raise
             what = str(e) if isinstance(e, launch.LaunchError) else \
                 f"torch raised {type(e).__name__}: {e}"
-            self.checks.append(Check(behaviour, False, f"{what[:240]} (at {where})",
-                                     raised=True))
+            self.check(behaviour, False, f"{what[:240]} (at {where})", raised=True)
 
     def check_within(self, name: str, samples: Sequence[float], limit: float,
                      fmt: Callable[[float], str] = "{:.3g}".format) -> stats.Within:

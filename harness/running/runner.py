@@ -235,7 +235,7 @@ def _run_guarded(case: Case, ctx: Context, sampler) -> tuple[str, str]:
         with sampler:
             case.func(ctx)
     except FeatureAbsent as e:
-        ctx.check(f"{e.what} works", False, _absent_detail(case, ctx, e))
+        ctx.check(f"{e.what} works", False, _absent_detail(case, ctx, e), raised=e.raised)
     except Skip as e:
         return Outcome.SKIP, str(e)
     except LaunchError as e:

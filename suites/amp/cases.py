@@ -183,7 +183,8 @@ def autocast_op_lists(ctx: Context) -> None:
     dtype = ctx.params["dtype"]
     require_bfloat16(ctx.device, dtype)
     if did := oplists.autocast_refuses(ctx.device, getattr(torch, dtype)):
-        raise FeatureAbsent(autocast_api(ctx.device, dtype), f"autocast did not engage: {did}")
+        raise FeatureAbsent(autocast_api(ctx.device, dtype), f"autocast did not engage: {did}",
+                            raised=did.startswith(oplists.RAISES))
     res = None
     with ctx.exercising("the lists run to the end in their worker"):
         (res,) = ctx.launch(oplists.run_lists, 1, (ctx.device, dtype), timeout_s=600,
@@ -203,7 +204,7 @@ def autocast_op_lists(ctx: Context) -> None:
         per_list.setdefault(row["list"], Counter())[row["outcome"]] += 1
         if row["outcome"] != "skip":
             detail = row["detail"] or f"gave {row['got']}, equal to the control"
-            ctx.check(label, row["outcome"] == "pass", detail)
+            ctx.check(label, row["outcome"] == "pass", detail, raised=row.get("raised", False))
     rows = [{"list": name, "entries": sum(c.values()), "checked": c["pass"] + c["fail"],
              "passed": c["pass"], "failed": c["fail"], "not_run": c["skip"]}
             for name, c in per_list.items()]

@@ -182,6 +182,7 @@ def run_case(case: OpCase, device: str, amp_dtype: torch.dtype) -> dict[str, Any
             row["got"] = _run_outofplace(case, device, amp_dtype, problems)
     except Exception as e:  # an op that raises is this entry's failure, not the case's error
         problems.append(f"raised {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+        row["raised"] = True
     if problems:
         row.update(outcome="fail", detail="; ".join(problems))
     return row
@@ -206,6 +207,9 @@ def _autocast_on(device: str) -> bool:
                 else torch.is_autocast_enabled())
 
 
+RAISES = "raises "  # how autocast_refuses begins when torch raised
+
+
 def autocast_refuses(device: str, dtype: torch.dtype) -> str | None:
     """What this torch's autocast does instead of taking `dtype` on `device` (raises, or warns
     and disables itself, or stays off without a word), or None when it engages. Older
@@ -220,7 +224,7 @@ def autocast_refuses(device: str, dtype: torch.dtype) -> str | None:
         except Exception as e:  # torch's refusal, whatever its type; the harness's own bug
             if raised_in_torch(e) is None:  # is not one
                 raise
-            return f"raises {type(e).__name__}: {str(e).splitlines()[0]}"
+            return f"{RAISES}{type(e).__name__}: {str(e).splitlines()[0]}"
     if caught:
         return f"warns {str(caught[0].message).splitlines()[0]!r} and stays disabled"
     return "stays disabled, without an error or a warning"

@@ -109,8 +109,13 @@ def test_a_banned_entry_passes_only_when_the_op_refuses_to_run_under_autocast():
     row = oplists.run_case(banned["refuses"], "cpu", torch.bfloat16)
     assert (row["outcome"], row["detail"]) == ("pass", "")
     row = oplists.run_case(banned["runs"], "cpu", torch.bfloat16)
-    assert row["outcome"] == "fail"
+    assert row["outcome"] == "fail" and not row.get("raised")
     assert row["detail"] == "ran under autocast; documented to raise (unsafe to autocast)"
+    # an entry that raises where it should run fails as raised (not as a wrong dtype)
+    ran = oplists.OpCase("fp32", 0, "refuses", (x,), module=module, out_type=torch.float32)
+    row = oplists.run_case(ran, "cpu", torch.bfloat16)
+    assert (row["outcome"], row["raised"]) == ("fail", True)
+    assert row["detail"] == "raised RuntimeError: unsafe to autocast"
 
 
 def test_what_differs_from_the_control_is_said_for_each_kind_of_output():

@@ -197,6 +197,8 @@ def test_a_round_trip_whose_call_fails_is_a_failed_check_with_the_error():
         "complex64 via python echo": "raised TypeError: complex tensors are not supported"}
     assert {"complex64 via builtin torch.clone", "4 MiB float32 via python echo"} <= {
         c.name for c in entry.checks if c.passed}
+    # a raise, not a wrong tensor: the record says so (mutation analysis counts an error)
+    assert [c.raised for c in entry.checks if not c.passed] == [True]
 
 
 def test_the_shutdown_check_fails_when_shutdown_does_not_wait():

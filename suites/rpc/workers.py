@@ -30,6 +30,7 @@ from suites.rpc.caller import PEER, GroupSpec, joined, worker_name
 
 # In-flight throughput is measured up to this payload (larger ones hold in_flight copies).
 ASYNC_MAX_BYTES = 4 * 2**20
+RAISED = "raised "  # how a round trip's difference begins when its call raised
 
 
 def bare_loop(device: str, nbytes: int) -> measure.Sampler:
@@ -197,7 +198,7 @@ def roundtrip(rank: int, world: int, spec: GroupSpec
                 try:
                     diff = bitwise_diff(x, rpc.rpc_sync(PEER, fn, args=(x,)))
                 except Exception as e:  # a failed call is a failed round trip
-                    diff = f"raised {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                    diff = f"{RAISED}{type(e).__name__}: {str(e).splitlines()[0][:200]}"
                 out.append({"tensor": label, "via": via, "diff": diff})
         return where, out
 
