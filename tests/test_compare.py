@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from inprocess import release_bench
 
 from harness import records, stats
 from harness.cases import Context
@@ -280,29 +281,27 @@ def _write(tmp_path: Path, name: str, run: records.Run) -> Path:
     return records.write_run(tmp_path / name, run)
 
 
-def _compare(*args: str) -> subprocess.CompletedProcess:
+def _compare(capsys, *args: str) -> subprocess.CompletedProcess:
     # the conservative defaults: the verdicts must not depend on the committed calibration
-    return subprocess.run([BIN / "release-bench", "compare", *map(str, args),
-                           "--calibration", "none"],
-                          capture_output=True, text=True, timeout=120)
+    return release_bench(capsys, "compare", *map(str, args), "--calibration", "none")
 
 
-def test_compare_refuses_verdicts_across_machines_and_names_the_fields(tmp_path):
+def test_compare_refuses_verdicts_across_machines_and_names_the_fields(tmp_path, capsys):
     rng = np.random.default_rng(7)
     other = copy.deepcopy(MACHINE)
     other["cpu"]["flags"]["amx_tile"] = False
     other["cpu"]["logical_cores"] = 4
     a = _write(tmp_path, "a.json", _run([_metric("t", _samples(rng, 1.0))]))
     b = _write(tmp_path, "b.json", _run([_metric("t", _samples(rng, 1.0))], machine=other))
-    out = _compare(a, b)
+    out = _compare(capsys, a, b)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
     assert "logical cores (2 vs 4)" in out.stderr and "amx_tile" in out.stderr
-    judged = _compare(a, b, "--across-machines")
+    judged = _compare(capsys, a, b, "--across-machines")
     assert judged.returncode == 0 and "different hardware, judged anyway" in judged.stdout
 
 
 def test_compare_takes_the_baselines_folder_as_history_and_prints_what_it_can_detect(
-        tmp_path):
+        tmp_path, capsys):
     rng = np.random.default_rng(8)
     hist = tmp_path / "hist"
     for i, lv in enumerate([1.0, 1.1, 0.92, 1.05]):
@@ -311,14 +310,14 @@ def test_compare_takes_the_baselines_folder_as_history_and_prints_what_it_can_de
     base, cand = hist / "20260103T000000Z-quick.json", _write(
         tmp_path, "c.json",
         _run([_metric("t", _samples(rng, 1.12), labels={"i": j}) for j in range(6)]))
-    out = _compare(base, cand, "--json", tmp_path / "c.json.out")
+    out = _compare(capsys, base, cand, "--json", tmp_path / "c.json.out")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "history: 4 runs; minimum detectable change" in out.stdout
     changes = json.loads((tmp_path / "c.json.out").read_text())
     # nothing flagged; a 12% move against runs that wander 10% is not shown either way
     assert {c["verdict"] for c in changes} == {"inconclusive"}
     assert "0 regression, 0 improvement, 0 worse, 0 better, 6 inconclusive" in out.stdout
-    alone = _compare(base, cand, "--no-history")
+    alone = _compare(capsys, base, cand, "--no-history")
     assert "the spread between runs is unknown" in alone.stdout
 
 
@@ -349,7 +348,7 @@ def test_compare_history_reads_only_this_machines_runs_from_the_folder_it_names(
         assert err.count("\n") == 1 and says in err, err
 
 
-def test_the_history_leaves_out_runs_of_the_same_name_on_other_hardware(tmp_path):
+def test_the_history_leaves_out_runs_of_the_same_name_on_other_hardware(tmp_path, capsys):
     """A VM keeps its name on a new host CPU: the old host's steady runs must not make a
     figure that differs on this one look like a regression (an A/A here flagged Gloo's
     27x over the floor so, against three runs of a CPU without avx_vnni)."""
@@ -362,7 +361,7 @@ def test_the_history_leaves_out_runs_of_the_same_name_on_other_hardware(tmp_path
                _run([_metric("t", _samples(rng, 1.0, spread=0.01))], machine=old))
     base = _write(hist, "20260105T000000Z-quick.json", _run([_metric("t", _samples(rng, 1.0))]))
     cand = _write(tmp_path, "c.json", _run([_metric("t", _samples(rng, 1.5))]))
-    out = _compare(base, cand, "--json", tmp_path / "c.json.out")
+    out = _compare(capsys, base, cand, "--json", tmp_path / "c.json.out")
     assert "history: 3 run(s) of" in out.stdout and "amx_tile" in out.stdout, out.stdout
     (c,) = json.loads((tmp_path / "c.json.out").read_text())
     assert c["verdict"] == "unverified" and "spread between runs is unknown" in c["why"]
@@ -825,9 +824,8 @@ def test_ab_merges_rounds_pooling_samples_and_leaving_contended_ones_out():
     assert any("1 of 3 rounds measured contended" in n for n in e.notes)
 
 
-def test_ab_rejects_an_environment_that_cannot_run_the_suites(tmp_path):
-    out = subprocess.run([BIN / "release-bench", "ab", str(tmp_path), sys.executable],
-                         capture_output=True, text=True, timeout=120)
+def test_ab_rejects_an_environment_that_cannot_run_the_suites(tmp_path, capsys):
+    out = release_bench(capsys, "ab", str(tmp_path), sys.executable)
     assert out.returncode == 2 and "not a virtual environment" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 

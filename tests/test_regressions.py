@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from asv_project import asv, git, make
 from browser import needs_asv_dashboard_scripts, served, visit
+from inprocess import release_bench
 
 from harness import records
 from harness.cases import Context, Suite
@@ -99,14 +100,14 @@ def test_compare_thresholds_are_configurable(tmp_path):
     assert all(c["beyond"] == 0 for c in changes)
 
 
-def test_compare_flags_a_conformance_case_that_stopped_passing(tmp_path):
+def test_compare_flags_a_conformance_case_that_stopped_passing(tmp_path, capsys):
     passed = records.Result("s", "c", "pass", kind="conformance", device="cpu")
     failed = dataclasses.replace(passed, outcome="fail", reason="1 of 1 checks failed")
     a = records.write_run(tmp_path / "a.json", records.new_run({"name": "m"}, "quick",
                                                                  results=(passed,)))
     b = records.write_run(tmp_path / "b.json", records.new_run({"name": "m"}, "quick",
                                                                  results=(failed,)))
-    out = compare(a, b)
+    out = release_bench(capsys, "compare", str(a), str(b), "--calibration", "none")
     assert out.returncode == 1 and "(outcome)" in out.stdout
 
 
