@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -71,16 +72,17 @@ def test_a_figure_measured_in_sessions_takes_its_process_spread_from_them():
     """Within one process, a figure timed in sessions (a duet's, bursts') varies as its
     sessions do, over their number; without sessions, as its interval says; a figure with
     neither (a count, say) lends nothing."""
-    with_sessions = records.Metric("t", 1.0, "s", "time", "lower",
-                                   stats={"ci": [0.5, 2.0]}, sessions=[0.9, 1.0, 1.1, 1.0])
+    # two sessions e^-0.1 and e^0.1: logs -0.1 and 0.1, whose sample variance is 0.02, so
+    # their mean (the figure) varies by 0.02 / 2 in log terms
+    with_sessions = records.Metric("t", 1.0, "s", "time", "lower", stats={"ci": [0.5, 2.0]},
+                                   sessions=[math.exp(-0.1), math.exp(0.1)])
     with_interval = records.Metric("u", 1.0, "s", "time", "lower", stats={"ci": [0.9, 1.1]})
     bare = records.Metric("n", 3.0, "count", "count", "lower")
     result = records.Result("s", "c", "pass", device="cpu",
                             metrics=(with_sessions, with_interval, bare))
     within = calibrate._within_process([records.new_run(MACHINE, "quick").with_result(result)])
     key = result.case_key
-    logs = np.log([0.9, 1.0, 1.1, 1.0])
-    assert within[(key, with_sessions.key)][0] == pytest.approx(np.var(logs, ddof=1) / 4)
+    assert within[(key, with_sessions.key)][0] == pytest.approx(0.01)
     assert 0 < within[(key, with_interval.key)][0] < 0.01  # not the sessions' wide interval
     assert (key, bare.key) not in within
 

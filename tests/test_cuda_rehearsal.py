@@ -296,20 +296,29 @@ def test_rpc_device_maps():
     assert device_maps(0, 2, "cpu") == {}
 
 
-def test_tensorpipe_takes_the_cuda_device_maps(cuda_rehearsal):
-    """The maps as joined() gives them to TensorPipe's options, on the rehearsed GPU (what
-    TensorPipe does with them when it starts needs the GPU: the rehearsal's init_rpc starts
-    it without them)."""
-    from torch.distributed import rpc
+def test_tensorpipe_takes_the_cuda_device_maps(cuda_rehearsal, monkeypatch):
+    """The maps joined() gives TensorPipe's options for a CUDA group, on the rehearsed GPU
+    (what TensorPipe does with them when it starts needs the GPU: here the options are taken
+    where the group would start); a CPU group's options carry none."""
+    import contextlib
 
-    from suites.rpc.caller import device_maps
+    from suites.rpc import caller
 
     cuda_rehearsal("H200")
-    opts = rpc.TensorPipeRpcBackendOptions(init_method="tcp://127.0.0.1:1")
-    for peer, device_map in device_maps(0, 2, "cuda").items():
-        opts.set_device_map(peer, device_map)
-    assert {peer: {int(k.index): int(v.index) for k, v in m.items()}
-            for peer, m in opts.device_maps.items()} == {"worker1": {0: 0}}
+    given = {}
+
+    @contextlib.contextmanager
+    def group(rank, world, name, opts, *rest):
+        given[rank] = opts
+        yield None
+
+    monkeypatch.setattr(caller.rpc_group, "joined", group)
+    for device in ("cuda", "cpu"):
+        with caller.joined(0, 2, caller.GroupSpec(port=1, device=device)):
+            pass
+        maps = {peer: {int(k.index): int(v.index) for k, v in m.items()}
+                for peer, m in given[0].device_maps.items()}
+        assert maps == ({"worker1": {0: 0}} if device == "cuda" else {}), device
 
 
 @pytest.mark.parametrize(("gpus", "devices"), [(1, ["cuda:0", "cuda:0"]),

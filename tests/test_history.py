@@ -164,7 +164,8 @@ def test_an_install_that_fails_for_another_reason_is_not_retried(monkeypatch):
 
 def test_the_build_is_read_from_torchs_configuration():
     build = envs.build_of(torch.__version__, torch.version.cuda, torch.__config__.show())
-    assert build["local"] == (torch.__version__.partition("+")[2] or None)
+    assert envs.build_of("2.14.1+cu130", "13.0", "")["local"] == "cu130"
+    assert envs.build_of("2.5.0", None, "")["local"] is None
     assert build["cpu_capability"] and build["compiler"].split()[0] in ("GCC", "clang")
     cpu_only = {**build, "local": "cpu", "cuda": None, "use_cuda": "OFF"}
     assert envs.same_build(build, build) == []

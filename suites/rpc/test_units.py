@@ -259,12 +259,14 @@ def test_a_local_peer_that_died_is_reported_when_it_is_closed():
 
 def test_the_in_flight_figures_skip_payloads_too_large_to_keep_in_flight():
     """round_trip times calls in flight only up to ASYNC_MAX_BYTES (each call in flight
-    holds its own copy): a larger payload in the sweep has no in-flight figures and no row,
-    the others have both."""
+    holds its own copy, 8 of them): a larger payload in the sweep is not timed in flight, and
+    has no in-flight figures and no row; the others have both."""
     from harness.cases import Context
     from suites.rpc import cases
 
     small, large = 4, 2 * workers.ASYNC_MAX_BYTES
+    assert workers.in_flight_sizes([small, workers.ASYNC_MAX_BYTES, large]) == [
+        small, workers.ASYNC_MAX_BYTES]
 
     def timed(seconds: float) -> dict:
         times = [seconds * (1 + i / 100) for i in range(5)]

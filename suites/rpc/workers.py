@@ -30,6 +30,11 @@ from suites.rpc.caller import PEER, GroupSpec, joined, worker_name
 
 # In-flight throughput is measured up to this payload (larger ones hold in_flight copies).
 ASYNC_MAX_BYTES = 4 * 2**20
+
+
+def in_flight_sizes(sizes: list[int]) -> list[int]:
+    """The payloads of the sweep whose calls are also timed in flight."""
+    return [n for n in sizes if n <= ASYNC_MAX_BYTES]
 RAISED = "raised "  # how a round trip's difference begins when its call raised
 
 
@@ -76,7 +81,7 @@ def round_trip(rank: int, world: int, spec: GroupSpec, path_names: list[str],
     latency = {n: {p: [] for p in path_names} for n in sizes}
     # each session's timed blocks of the in-flight calls
     flight: dict[int, dict[str, list[list[float]]]] = {n: {"rpc_sync": [], "rpc_async": []}
-                                                       for n in sizes if n <= ASYNC_MAX_BYTES}
+                                                       for n in in_flight_sizes(sizes)}
     sockets: dict[str, int] = {}
     for k in range(plan.sessions):
         with joined(rank, world, spec, session=k):
