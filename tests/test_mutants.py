@@ -224,6 +224,8 @@ def test_the_two_fixed_mutants_are_judged_as_they_should_be(smoke):
     assert list(record.cases) == ["amp/grad_scaler[cpu default]"]
     assert 134 in record.cases["amp/grad_scaler[cpu default]"].lines
     assert KILLED_BY_A_CHECK in record.reached and len(record.reached) < record.mutants
+    # the command that reproduces it: where its environment lived is no part of it
+    assert "--case grad_scaler" in record.command and "--home" not in record.command
 
 
 @pytest.mark.slow

@@ -71,16 +71,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the command's own environment and scratch (default: .mutants)")
 
 
+# options that change where or in how many chunks a campaign runs, not what it finds
+UNRECORDED = ("--max-minutes", "--home")
+
+
 def _command(argv: list[str]) -> str:
     """The command as the record keeps it: what reproduces the campaign, without the
-    options that only split it into chunks."""
+    options that only split it into chunks or say where its environment lives."""
     kept, skip = [], False
     for a in argv:
         if skip:
             skip = False
-        elif a == "--max-minutes":
+        elif a in UNRECORDED:
             skip = True
-        elif not a.startswith("--max-minutes="):
+        elif not a.startswith(tuple(f"{o}=" for o in UNRECORDED)):
             kept.append(a)
     return "release-bench mutants " + shlex.join(kept)
 
