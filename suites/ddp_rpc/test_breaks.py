@@ -76,6 +76,15 @@ def test_torch_raising_in_a_process_fails_the_hybrids_check(name, params):
     assert "(at distributed/rpc/__init__.py:" in next(iter(detail.values()))
 
 
+def test_a_hybrid_that_fails_before_its_fault_fails_the_fault_checks_as_raised():
+    """faults: torch raising before the victim is killed is no fault handled: the checks of
+    the error report fail, marked raised (a crash, not a wrong report of the death)."""
+    entry = run("faults", {"victim": "trainer"}, init_refused)
+    assert entry.outcome == "fail", entry.reason
+    bad = {c.name: c.raised for c in entry.checks if not c.passed}
+    assert bad == {"error reports the dead rank killed": True}, entry.checks
+
+
 def test_reference_checks_fail_without_ddp_allreduce():
     entry = run("matches_reference", {"ddp": "inside"}, ddp_allreduce_disabled)
     assert entry.outcome == "fail", entry.reason
