@@ -82,7 +82,10 @@ def test_a_hybrid_that_fails_before_its_fault_fails_the_fault_checks_as_raised()
     entry = run("faults", {"victim": "trainer"}, init_refused)
     assert entry.outcome == "fail", entry.reason
     bad = {c.name: c.raised for c in entry.checks if not c.passed}
-    assert bad == {"error reports the dead rank killed": True}, entry.checks
+    # whether every peer had raised on its own by then, or was still waiting when it was
+    # stopped, varies from run to run; either way the failure is the crash's
+    assert "error reports the dead rank killed" in bad and all(bad.values()), entry.checks
+    assert set(bad) <= {"error reports the dead rank killed", "survivors failed on their own"}
 
 
 def test_reference_checks_fail_without_ddp_allreduce():
