@@ -174,6 +174,15 @@ def test_every_check_fails_under_its_break(case, breaks):
     assert entry.checks and _failed(entry) == {c.name for c in entry.checks} - crossing
 
 
+def test_a_group_that_fails_before_its_peer_dies_fails_the_peer_death_check_as_raised():
+    """worker_killed: torch raising before the peer kills itself is no peer death handled:
+    the check of the caller's error fails, marked raised (a crash, not a hang or a wrong
+    error on the peer's death)."""
+    entry = _broken("worker_killed", init_refused)
+    bad = {c.name: c.raised for c in entry.checks if not c.passed}
+    assert bad == {"the caller's RPC raises when its peer dies (no hang)": True}, entry.checks
+
+
 @pytest.mark.parametrize(("case", "workers"), [
     ("roundtrip", 2), ("remote_exception", 2), ("rpc_timeout", 2), ("async_execution", 3),
     ("async_batch_no_deadlock", 2)])
