@@ -273,7 +273,7 @@ def _mutation_lines(root: Path = MUTATION) -> list[str]:
              "survived | equivalent | killed of the rest | PyTorch's tests: judged | by an "
              "assertion | by an error | time | survived |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    total = {"sampled": 0, "equivalent": 0, "killed": 0, "check": 0}
+    total = {"sampled": 0, "judged": 0, "equivalent": 0, "killed": 0, "check": 0}
     both = {"suite": 0, "tests": 0, "judged": 0}
     for r in recs:
         f = mutants.counts(r, "suite")
@@ -284,7 +284,8 @@ def _mutation_lines(root: Path = MUTATION) -> list[str]:
                          and verdicts.get(n, {}).get("verdict") == "equivalent")
         killed = len(judged) - f["survived"]
         rest = len(judged) - equivalent
-        total["sampled"] += len(judged)
+        total["sampled"] += len(r.sample)
+        total["judged"] += len(judged)
         total["equivalent"] += equivalent
         total["killed"] += killed
         total["check"] += f["check"]
@@ -295,14 +296,17 @@ def _mutation_lines(root: Path = MUTATION) -> list[str]:
             both["tests"] += sum(r.judgement(n, "torch_tests").fate != "survived"
                                  for n in tested)
         name = r.target.path + (f" ({', '.join(r.target.within)})" if r.target.within else "")
-        cells = [f"`{name}`", r.mutants, len(r.reached), len(judged), f["check"], f["error"],
+        sampled = (len(judged) if len(judged) == len(r.sample)
+                   else f"{len(r.sample)} ({len(judged)} judged)")
+        cells = [f"`{name}`", r.mutants, len(r.reached), sampled, f["check"], f["error"],
                  f["timeout"], f["survived"], equivalent,
                  f"{killed}/{rest}" if rest else "—"]
         cells += ([len(tested), t["check"], t["error"], t["timeout"], t["survived"]]
                   if tested else ["—"] * 5)
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-    rest = total["sampled"] - total["equivalent"]
-    lines += ["", f"In all: {total['sampled']} mutants judged, {total['equivalent']} of them "
+    rest = total["judged"] - total["equivalent"]
+    lines += ["", f"In all: {total['sampled']} mutants sampled, {total['judged']} judged, "
+              f"{total['equivalent']} of them "
               f"equivalent; {total['killed']} of the other {rest} killed "
               f"({100 * total['killed'] / max(rest, 1):.0f}%), {total['check']} of those "
               f"{total['killed']} by a check "
@@ -319,7 +323,10 @@ def _mutation_lines(root: Path = MUTATION) -> list[str]:
         only = (f"; {r.reached_by_tests_only} mutants on lines only PyTorch's sampled tests "
                 "run" if r.reached_by_tests_only else "")
         spent = _seconds(r)
-        lines.append(f"- `{r.target.path}`: {', '.join(cases)}{tests}{only}; "
+        waiting = [n for n in r.sample if not r.judgement(n, "suite")]
+        left = (f"; {len(waiting)} of its sample not judged yet (the same command judges "
+                "them)" if waiting else "")
+        lines.append(f"- `{r.target.path}`: {', '.join(cases)}{tests}{only}{left}; "
                      f"{spent / 60:.0f} min. `{r.command}`")
     lines += _triage_lines(recs, triage) + _not_reached_lines(recs, reasons)
     return lines

@@ -306,12 +306,13 @@ def async_execution(ctx: Context) -> None:
     for key, want in expected.items():
         got = res[key]
         ok = isinstance(got["value"], torch.Tensor) and torch.equal(got["value"], want)
-        ctx.check(names[key], ok, got["error"] or f"returned {got['value']}, expected {want}")
+        ctx.check(names[key], ok, got["error"] or f"returned {got['value']}, expected {want}",
+                  raised=got.get("raised", False))
     wrong = res["wrong return"]
     ctx.check(f"a non-Future return raises RuntimeError '...{workers.ASYNC_WRONG_RETURN}...'",
               bool(wrong["error"]) and wrong["error"].startswith("RuntimeError")
               and workers.ASYNC_WRONG_RETURN in wrong["error"],
-              wrong["error"] or f"returned {wrong['value']}")
+              wrong["error"] or f"returned {wrong['value']}", raised=wrong.get("raised", False))
 
 
 BATCH_REQUESTS, BATCH_THREADS, BATCH_TIMEOUT_S = 8, 2, 5.0

@@ -279,3 +279,17 @@ def test_the_in_flight_figures_skip_payloads_too_large_to_keep_in_flight():
     (row,) = ctx.tables["in_flight"]
     assert row["size"] == cases.size_label(small) and row["speedup"] == pytest.approx(2.0)
     assert {m.labels["bytes"] for m in ctx.metrics} == {small}
+
+
+def test_an_async_call_that_raises_is_told_from_one_that_returns_the_wrong_thing():
+    """async_execution's outcomes: a call that raised is marked so (its check fails as a
+    crash), a plain call that hands back the Future is a wrong value, not a crash."""
+    def boom():
+        raise TypeError("boom")
+
+    assert workers._outcome(boom) == {"value": None, "error": "TypeError: boom", "raised": True}
+    future = torch.futures.Future()
+    got = workers._outcome(lambda: future)
+    assert got["error"] == "returned a torch.futures.Future, not its value"
+    assert not got.get("raised")
+    assert workers._outcome(lambda: 3) == {"value": 3, "error": None}

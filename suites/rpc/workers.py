@@ -320,7 +320,7 @@ def _outcome(call: Callable[[], object]) -> dict[str, Any]:
     try:
         value = call()
     except Exception as e:
-        return {"value": None, "error": f"{type(e).__name__}: {str(e)[:400]}"}
+        return {"value": None, "error": f"{type(e).__name__}: {str(e)[:400]}", "raised": True}
     if isinstance(value, torch._C.Future):  # an async function called as a plain one
         return {"value": None, "error": "returned a torch.futures.Future, not its value"}
     return {"value": value, "error": None}
