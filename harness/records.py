@@ -311,8 +311,9 @@ class Check:
     performance: bool = False
     # judged with an interval that reached across its limit: neither passed nor failed
     inconclusive: bool = False
-    # failed because torch raised while the case exercised the behaviour (Context.exercising),
-    # not on a value the case read: the check names what broke, the exception says how
+    # failed because torch raised while the case exercised the behaviour (Context.exercising,
+    # or a case that caught torch's exception itself: Context.check(raised=True)), not on a
+    # value the case read: the check names what broke, the exception says how
     raised: bool = False
 
     def __post_init__(self) -> None:
