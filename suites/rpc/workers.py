@@ -35,7 +35,6 @@ ASYNC_MAX_BYTES = 4 * 2**20
 def in_flight_sizes(sizes: list[int]) -> list[int]:
     """The payloads of the sweep whose calls are also timed in flight."""
     return [n for n in sizes if n <= ASYNC_MAX_BYTES]
-RAISED = "raised "  # how a round trip's difference begins when its call raised
 
 
 def bare_loop(device: str, nbytes: int) -> measure.Sampler:
@@ -200,11 +199,13 @@ def roundtrip(rank: int, world: int, spec: GroupSpec
         for label, t in roundtrip_tensors():
             x = t.to(spec.device)
             for via, fn in (("python echo", remote.echo), ("builtin torch.clone", torch.clone)):
+                raised = False
                 try:
                     diff = bitwise_diff(x, rpc.rpc_sync(PEER, fn, args=(x,)))
                 except Exception as e:  # a failed call is a failed round trip
-                    diff = f"{RAISED}{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-                out.append({"tensor": label, "via": via, "diff": diff})
+                    diff = f"raised {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                    raised = True
+                out.append({"tensor": label, "via": via, "diff": diff, "raised": raised})
         return where, out
 
 
