@@ -213,6 +213,12 @@ def test_a_night_is_red_only_for_news():
     red, why = nightly.judge([], _gate("unchanged", "regression"), [])
     assert red is nightly.Light.RED and why == [
         "gate: amp/gemm_ladder[cpu default] tflops[n=1] regression x0.910"]
+    # a gated case that passed last night and fails tonight: a regression without a factor
+    failing = {"moved": [{"case": "fork_wait/scaling[cpu interop_threads=2]",
+                          "figure": "(outcome)", "verdict": "regression", "factor": None}],
+               "inconclusive": []}
+    assert nightly.judge([], failing, []) == (nightly.Light.RED, [
+        "gate: fork_wait/scaling[cpu interop_threads=2] (outcome) regression"])
     red, why = nightly.judge([{"case": "fork_wait/clean_exit", "status": "unexpected-pass",
                                "why": "the known abort no longer shows"}], None, [])
     assert red.value == 1 and "unexpected-pass" in why[0]

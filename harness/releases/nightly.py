@@ -271,7 +271,9 @@ def judge(unexpected_cases: list[dict], gate_part: dict | None, failures: list[s
     why = [f"{u['case']}: {u['status']}" + (f" ({u['why']})" if u["why"] else "")
            for u in unexpected_cases]
     if gate_part:
-        why += [f"gate: {m['case']} {m['figure']} regression x{m['factor']:.3f}"
+        # a figure's regression has its factor; a case that passed and now fails has none
+        why += [f"gate: {m['case']} {m['figure']} regression"
+                + (f" x{m['factor']:.3f}" if m["factor"] is not None else "")
                 for m in gate_part["moved"] if m["verdict"] == Verdict.REGRESSION]
     why += failures
     return (Light.RED if why else Light.GREEN), why
