@@ -87,9 +87,26 @@ def test_another_failure_under_the_entry_a_new_failure_and_a_pass_are_unexpected
     assert j.status == "unexpected-fail" and "chains: timed out" in j.why
     new = _entry(reason="check x failed", case="release_notes_example")
     assert expectations.judge_result(new, MACHINE, entries).status == "unexpected-fail"
-    passed = _entry(outcome="pass", rates={"release_notes": (0, 20), "chains": (0, 20)})
+    passed = _entry(outcome="pass")
     j = expectations.judge_result(passed, MACHINE, entries)
     assert j.status == "unexpected-pass" and "remove the entry" in j.why
+
+
+def test_a_pass_in_too_few_trials_to_rule_the_defect_out_is_expected_and_enough_are_not():
+    """A defect seen in a share of trials (10% and more, the entry says) need not show in
+    20: 0/20's interval [0%, 17%] still reaches the range, and the pass is the known defect
+    not seen. 0/40 ([0%, 8.8%]) is below it: the defect may be fixed."""
+    entries = expectations.parse(_abort("0.1, 1.0", "0.02, 1.0"))
+    few = _entry(outcome="pass", rates={"release_notes": (0, 20), "chains": (0, 20)})
+    j = expectations.judge_result(few, MACHINE, entries)
+    assert j.status == "expected-fail" and "too few to rule it out" in j.why, j
+    assert "38228" in j.issue and "release_notes 0/20 [0%, 17%]" in j.rates[0]
+    enough = _entry(outcome="pass", rates={"release_notes": (0, 40), "chains": (0, 40)})
+    j = expectations.judge_result(enough, MACHINE, entries)
+    assert j.status == "unexpected-pass" and "release_notes 0/40" in j.why, j
+    # a rate the entry gives no range for cannot say the pass is the defect unseen
+    other = _entry(outcome="pass", rates={"release_notes": (0, 20), "a_new_program": (0, 20)})
+    assert expectations.judge_result(other, MACHINE, entries).status == "unexpected-pass"
 
 
 def test_a_rate_is_judged_against_its_expected_range_by_its_interval():
@@ -216,8 +233,11 @@ def test_the_pytest_view_derives_a_strict_xfail_from_the_file(monkeypatch):
 
 
 def test_a_planted_pass_of_the_expected_failure_fails_the_run(tmp_path):
+    """Fixed (a planted clean exit), against an entry that expects 90% of trials and more to
+    abort: two clean trials ([0%, 84%]) are then enough to fall below it."""
     fixed = planted_python(tmp_path / "fixed", "exit_clean=1")
-    out = _run(fixed, tmp_path)
+    most = _file(tmp_path, _abort("0.9, 1.0", "0.9, 1.0"), "most.toml")
+    out = _run(fixed, tmp_path, "--expectations", str(most))
     assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
     assert "unexpected-pass: fork_wait/clean_exit" in out.stderr
     assert "pytorch/pytorch/issues/38228" in out.stderr
