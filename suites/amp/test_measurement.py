@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import types
 from collections import Counter
 
 import pytest
@@ -198,7 +200,7 @@ def test_an_older_torch_without_todays_amp_apis_says_so_or_takes_the_older_spell
     device-generic GradScaler (on the CPU there is no other: FeatureAbsent), the device
     argument of is_autocast_enabled (before 2.4 the CPU had a function of its own), an op-list
     class of torch's test lists, and the profiler's event types the memory walk reads."""
-    from torch.testing._internal import autocast_test_lists
+    import torch.testing._internal as internal
 
     from harness.cases import FeatureAbsent
     from suites.amp import gradscaler
@@ -219,7 +221,13 @@ def test_an_older_torch_without_todays_amp_apis_says_so_or_takes_the_older_spell
             assert oplists._autocast_on("cpu") is True and oplists._autocast_on("cuda") is False
 
     with monkeypatch.context() as m:
-        m.delattr(autocast_test_lists, oplists.LIST_CLASSES["cpu"])
+        # torch's lists without the class: a module standing in for them, since importing
+        # torch's (and so its common_utils) would freeze torch.backends' flags for every later
+        # test of this process
+        name = "torch.testing._internal.autocast_test_lists"
+        without = types.ModuleType(name)
+        m.setitem(sys.modules, name, without)
+        m.setattr(internal, "autocast_test_lists", without, raising=False)
         with pytest.raises(oplists.ListsUnavailable, match="has no autocast_test_lists"):
             oplists.load_lists("cpu")
 
