@@ -317,14 +317,15 @@ def judge_result(entry: Result, machine: dict, expectations: Sequence[Expectatio
                       "defect may be fixed, or rarer): " + "; ".join(low), issue, rates)
     if outcome in FAILED:
         return Judged(key, outcome, "expected-fail", applicable[0].summary, issue, rates)
-    if outcome == "pass" and "pass" not in allowed and rates and not unranged:
-        # a defect seen in a share of trials need not show in a few: where every rate's
-        # interval still reaches its expected range, these trials are too few to say the
-        # defect is gone (enough clean trials put the interval below it: `low`, above)
-        return Judged(key, outcome, "expected-fail",
-                      f"{applicable[0].summary}; not seen in these trials, too few to rule it "
-                      "out (each rate's interval reaches its expected range)", issue, rates)
     if outcome == "pass" and "pass" not in allowed:
+        if rates and not unranged:
+            # a defect seen in a share of trials need not show in a few: where every rate's
+            # interval still reaches its expected range, these trials are too few to say the
+            # defect is gone (enough clean trials put the interval below it: `low`, above)
+            return Judged(key, outcome, "expected-fail",
+                          f"{applicable[0].summary}; not seen in these trials, too few to rule "
+                          "it out (each rate's interval reaches its expected range)", issue,
+                          rates)
         return Judged(key, outcome, "unexpected-pass",
                       "passed where the entry expects a failure: is the defect fixed? remove "
                       "the entry", issue, rates)
