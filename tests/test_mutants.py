@@ -151,6 +151,71 @@ def test_a_check_failed_because_torch_raised_is_an_error_and_judging_goes_on(mon
                             "TypeError: x (at y)")
 
 
+def test_judging_again_by_a_new_case_only_merges_with_the_earlier_verdict(monkeypatch,
+                                                                         tmp_path):
+    """`--again survived --case new`: only the new case judges, and its verdict joins the
+    earlier one. A kill by its check counts; its letting the mutant live does not undo an
+    earlier kill; a mutant survives only if every case let it."""
+    class Env:  # the module's copy, written and put back: nothing to do here
+        def write_mutant(self, target, code): pass
+        def put_back(self, target): pass
+        def done_mutating(self): pass
+
+    source = "def f(a):\n    return a + 1\n"
+    m = Mutant("core/ReplaceBinaryOperator_Add_Sub", 0, 2, 2)
+    old_cases = {"ddp_rpc/old[cpu default]": mutants.CaseRun("pass", (), (2,), 5.0)}
+    new_cases = {"ddp_rpc/new[cpu default]": mutants.CaseRun("pass", (), (2,), 5.0)}
+    asked = []
+
+    def judge_by_suite(env, suite, cases, timeout_s, scratch):
+        asked.append(sorted(cases))
+        return later
+
+    monkeypatch.setattr(mutants, "judge_by_suite", judge_by_suite)
+    plan = mutants.Plan(Target("x.py"), "ddp_rpc", cases=("new",), again=(Fate.SURVIVED,))
+    for earlier_fate, later_fate, want in [
+            (Fate.SURVIVED, Fate.CHECK, Fate.CHECK), (Fate.SURVIVED, Fate.SURVIVED, Fate.SURVIVED),
+            (Fate.ERROR, Fate.SURVIVED, Fate.ERROR), (Fate.ERROR, Fate.CHECK, Fate.CHECK),
+            (Fate.CHECK, Fate.ERROR, Fate.CHECK)]:
+        earlier = Judgement(earlier_fate, ("old broke",) if earlier_fate.killed else (),
+                            ("ddp_rpc/old",), 50.0, "a")
+        later = Judgement(later_fate, ("new broke",) if later_fate.killed else (),
+                          ("ddp_rpc/new",), 5.0)
+        record = mutants.Record(Target("x.py"), "ddp_rpc", "t", "h", "cr", 1, {}, 1,
+                                {**old_cases, **new_cases}, {}, [m.name], 58, [m.name],
+                                judged={m.name: {"suite": earlier.to_json()}})
+        entry = mutants._judge(plan, Env(), record, m, source, tmp_path, "b")
+        got = Judgement.from_json(entry["suite"])
+        assert asked[-1] == ["ddp_rpc/new[cpu default]"]  # the earlier case is not run again
+        assert got.fate is want, (earlier_fate, later_fate)
+        assert got.judges == ("ddp_rpc/old", "ddp_rpc/new") and got.commit == "b"
+        assert got.by == (earlier if want is earlier_fate and earlier_fate.killed
+                          else later).by
+
+
+def test_judging_again_first_surveys_the_cases_added_since_the_record(monkeypatch):
+    """A case added to hold a contract a survivor broke joins the record when it runs the
+    module; one that does not is left out, and a case already surveyed is not run again."""
+    source = "def f(a):\n    return a + 1\n"
+    record = mutants.Record(Target("x.py"), "ddp_rpc", "t", "h", "cr", 1,
+                            {}, 1, {"ddp_rpc/old[cpu default]": mutants.CaseRun("pass", (), (2,))},
+                            {}, [], 58, [])
+    surveyed = []
+
+    def survey_cases(env, target, suite, cases, timeout_s, scratch, log):
+        surveyed.extend(cases)
+        return {"ddp_rpc/new[cpu ddp=inside]": mutants.CaseRun("pass", (), (2,)),
+                "ddp_rpc/unused[cpu default]": mutants.CaseRun("pass", (), ())}
+
+    monkeypatch.setattr(mutants, "suite_cases", lambda suite, select, skip: ["old", "new",
+                                                                              "unused"])
+    monkeypatch.setattr(mutants, "survey_cases", survey_cases)
+    plan = mutants.Plan(Target("x.py"), "ddp_rpc", again=(Fate.SURVIVED,))
+    assert mutants._survey_new_cases(plan, None, record, source, None, lambda line: None)
+    assert surveyed == ["new", "unused"]
+    assert sorted(record.cases) == ["ddp_rpc/new[cpu ddp=inside]", "ddp_rpc/old[cpu default]"]
+
+
 def test_a_mutant_is_judged_by_the_judges_that_run_its_lines():
     runs = {"a": mutants.CaseRun("pass", (), (1, 2, 3)), "b": mutants.CaseRun("pass", (), (9,))}
     m = Mutant("core/NumberReplacer", 0, 3, 4)

@@ -125,6 +125,15 @@ class Judgement:
         return cls(**{**d, "fate": Fate(d["fate"]), "by": tuple(d.get("by", ())),
                       "judges": tuple(d.get("judges", ()))})
 
+    def merged(self, later: Judgement) -> Judgement:
+        """This verdict and a later one by other judges of the same mutant, as one: a kill
+        by a check beats a crash, which beats surviving (a mutant survives only if every
+        judge let it); the later's time and commit."""
+        rank = {Fate.CHECK: 0, Fate.ERROR: 1, Fate.TIMEOUT: 1, Fate.SURVIVED: 2}
+        best = later if rank[later.fate] < rank[self.fate] else self
+        return replace(best, judges=tuple(dict.fromkeys(self.judges + later.judges)),
+                       seconds=later.seconds, commit=later.commit)
+
 
 # ---------------------------------------------------------------- the module and its mutants
 
@@ -895,6 +904,8 @@ def campaign(plan: Plan, env: Env, log: Callable[[str], None] = print) -> Record
         records.write_json_atomic(path, record.to_json())
         log(f"the sample grows from {before} to {len(record.sample)} mutants (seed "
             f"{record.seed}: the sample --sample {plan.size} draws)")
+    if plan.again and _survey_new_cases(plan, env, record, source, scratch, log):
+        records.write_json_atomic(path, record.to_json())
     wanted = list(plan.names) or record.sample
     todo = [n for n in wanted if _needs_judging(record, n, plan)]
     log(f"torch/{plan.target.path}: {record.mutants} mutants, {len(record.reached)} on reached "
@@ -939,6 +950,34 @@ def project_commit(out: Path) -> str:
     return git("rev-parse", "--short=7", "HEAD") + ("+" if changed else "")
 
 
+def _survey_new_cases(plan: Plan, env: Env, record: Record, source: str, scratch: Path,
+                      log: Callable[[str], None]) -> bool:
+    """Before judging again: the suite's cases that the record's survey did not run (a case
+    added since, to hold a contract a survivor broke) are surveyed, and those that run the
+    module join the record's cases. Their new lines widen no sample: the mutants on lines
+    only they run stay unreached. Returns whether any joined."""
+    known = {records.CaseKey.parse(k).case for k in record.cases}
+    new = [c for c in suite_cases(plan.suite, plan.cases, plan.skip) if c not in known]
+    if not new:
+        return False
+    log(f"coverage of the clean run of the cases the record has not surveyed: {', '.join(new)}")
+    runs = survey_cases(env, plan.target, plan.suite, new, plan.timeout_s, scratch, log)
+    inside = _inside(source, plan.target)
+    added = {k: r for k, r in runs.items() if set(r.lines) & inside}
+    earlier = {n for r in record.cases.values() for n in r.lines}
+    only_new = {n for r in added.values() for n in r.lines} & inside - earlier
+    if only_new:
+        log(f"  {len(only_new)} lines only the new cases run; their mutants stay unreached")
+    record.cases.update(added)
+    return bool(added)
+
+
+def _inside(source: str, target: Target) -> set[int]:
+    """The lines whose mutants a campaign can reach: the module's bodies, or `within`'s."""
+    return body_lines(source) | (within_lines(source, target.within) if target.within
+                                 else set())
+
+
 def _needs_judging(record: Record, name: str, plan: Plan) -> bool:
     if name not in record.judged:
         return True
@@ -963,8 +1002,7 @@ def _survey(plan: Plan, env: Env, all_mutants: list[Mutant], source: str, scratc
         raise MutantsError(f"no conformance case of {plan.suite} matches --case/--skip")
     log(f"coverage of the clean run, case by case ({len(cases)} cases of {plan.suite})")
     runs = survey_cases(env, plan.target, plan.suite, cases, plan.timeout_s, scratch, log)
-    inside = body_lines(source) | (within_lines(source, plan.target.within)
-                                   if plan.target.within else set())
+    inside = _inside(source, plan.target)
     using = {k: r for k, r in runs.items() if set(r.lines) & inside}
     reached_lines = {n for r in using.values() for n in r.lines}
     reached = [m.name for m in all_mutants if set(m.lines) & reached_lines]
@@ -1011,15 +1049,23 @@ def _judge(plan: Plan, env: Env, record: Record, mutant: Mutant, source: str,
     entry: dict[str, Any] = {"line": mutant.first_line, "last_line": mutant.last_line,
                              "function": mutant.function, "diff": diff(source, code)}
     # judged again (--again, after a check was added): by every case that uses the module,
-    # since the survey's coverage predates the new check, which may read the mutant's lines
-    again = mutant.name in record.judged
-    cases = dict(record.cases) if again else (
+    # since the survey's coverage predates the new check, which may read the mutant's lines;
+    # with --case, by those cases only (a case added since), merged with the earlier verdict
+    # of the others
+    earlier = record.judgement(mutant.name, "suite")
+    cases = dict(record.cases) if earlier else (
         {k: record.cases[k] for k in judges_of(mutant, record.cases, record.cases)}
         or dict(record.cases))  # module-level lines: every case that uses the module
+    if earlier and plan.cases:
+        cases = {k: r for k, r in cases.items()
+                 if any(c in records.CaseKey.parse(k).case for c in plan.cases)}
+        if not cases:
+            raise MutantsError(f"no case of the record matches --case {' '.join(plan.cases)}")
     try:
         env.write_mutant(plan.target, code)
         j = judge_by_suite(env, plan.suite, cases, plan.timeout_s, scratch)
-        entry["suite"] = replace(j, seconds=round(j.seconds, 1), commit=commit).to_json()
+        j = replace(j, seconds=round(j.seconds, 1), commit=commit)
+        entry["suite"] = (earlier.merged(j) if earlier and plan.cases else j).to_json()
         # PyTorch's tests are the same whatever the suite's checks: judged once
         if record.tests and "torch_tests" not in record.judged.get(mutant.name, {}):
             tests = {k: record.tests[k] for k in judges_of(mutant, record.tests, record.tests)}

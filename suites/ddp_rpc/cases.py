@@ -16,6 +16,9 @@ Conformance:
   DDP) are not, and are exact opposites.
 - `dist_grads_equal_local`: `dist_autograd.get_gradients` equals local autograd gradients
   of an identical local module, dense and embedding.
+- `uneven_inputs`: under DDP's `join()`, trainer 2 stops halfway and trainer 1 trains on;
+  its dense parameters equal a reference whose joined trainer adds zero gradients divided by
+  the initial world size (DDP.join's documented default), and the replicas agree at the end.
 - `faults`: a trainer or the parameter server dying mid-training ends the case with one
   clear error naming it, survivors fail on their own, nothing hangs, every process is gone.
 
@@ -53,6 +56,7 @@ from suites.ddp_rpc.model import (
     local_step_fn,
     make_batches,
     reference_training,
+    reference_uneven,
 )
 
 suite = Suite(
@@ -84,6 +88,8 @@ FAULT_STEP = 5
 FAULT_RPC_TIMEOUT_S = 10.0
 FAULT_PG_TIMEOUT_S = 20.0
 FAULT_LAUNCH_TIMEOUT_S = 120.0
+# Uneven inputs: a trainer that waits for a peer that stopped (join broken) fails after this.
+UNEVEN_PG_TIMEOUT_S = 20.0
 
 def run_hybrid(ctx: Context, spec: workers.Spec, timeout_s: float = LAUNCH_TIMEOUT_S,
                started: dict[int, int] | None = None) -> list[dict[str, Any]]:
@@ -240,6 +246,52 @@ def dist_grads_equal_local(ctx: Context) -> None:
                       f"{missing} gradients missing" if missing else
                       f"max rel diff {rel:.3g} (tolerance {TOLERANCE:g})")
     ctx.metric("max_rel_grad_diff", worst, "rel", kind="error", better="lower")
+
+
+# `steps`: trainer 1's steps; trainer 2 takes `short_steps` of them, then joins
+@suite.conformance(params={"quick": [{"ddp": "inside"}],
+                           "full": [{"ddp": "outside"}, {"ddp": "inside"}]},
+                   devices=("cpu",), needs=("distributed",),
+                   settings={"quick": {"steps": 6, "short_steps": 3},
+                             "full": {"steps": 12, "short_steps": 4}})
+def uneven_inputs(ctx: Context) -> None:
+    """Under DDP's join(), a trainer that runs out of inputs first leaves the other's
+    training equal to the documented reference, and the replicas equal at the end."""
+    mode = ctx.params["ddp"]
+    steps, short = ctx.settings["steps"], ctx.settings["short_steps"]
+    shape = Shape()
+    batches = make_batches(shape, steps)
+    spec = new_spec("uneven", mode, ctx.device, batches, shape, short_steps=short,
+                    pg_timeout_s=UNEVEN_PG_TIMEOUT_S)
+    if (res := hybrid_finishes(ctx, spec)) is None:
+        return
+    ref = reference_uneven(shape, spec.init, batches, short, spec.optim)
+    first, last = TRAINER_RANKS[0], TRAINER_RANKS[-1]
+    diffs = {k: compare(v, ref.dense[0][k]) for k, v in res[first]["dense"].items()}
+    a, r = max(d[0] for d in diffs.values()), max(d[1] for d in diffs.values())
+    ctx.check(f"trainer {first} dense parameters match the joined reference", r <= TOLERANCE,
+              _fmt(a, r))
+    for t, rank in enumerate(TRAINER_RANKS):
+        got, want = res[rank]["losses"], ref.losses[t]
+        la, lr = (compare(torch.tensor(got), torch.tensor(want)) if len(got) == len(want)
+                  else (float("inf"), float("inf")))
+        ctx.check(f"trainer {rank} losses match the joined reference", lr <= TOLERANCE,
+                  f"{len(got)} steps, reference {len(want)}; " + _fmt(la, lr))
+    # join's last step: the trainer that joined first takes the last one's parameters
+    x, y = res[first]["dense"], res[last]["dense"]
+    gap = max((x[k] - y[k]).abs().max().item() for k in x)
+    ctx.check("trainer replicas identical after join", all(torch.equal(x[k], y[k]) for k in x),
+              f"largest difference between the two trainers' parameters {gap:.3g}")
+    ctx.metric("max_rel_diff", r, "rel", kind="error", better="lower")
+    # the reference dividing by the ranks still training instead: how far it lies from this
+    # run shows that the comparison tells the two divisions apart
+    other = reference_uneven(shape, spec.init, batches, short, spec.optim,
+                             divide_by_initial_world_size=False)
+    other_rel = max(compare(v, other.dense[0][k])[1] for k, v in res[first]["dense"].items())
+    ctx.details["divide_by_ranks_still_training_rel_diff"] = other_rel
+    ctx.table("uneven", [{"ddp": mode, "steps": steps, "short_steps": short,
+                          "max_abs_diff": a, "max_rel_diff": r, "tolerance": TOLERANCE,
+                          "divide_by_active_ref_rel_diff": other_rel}], show=True)
 
 
 @suite.workload(params={"quick": [{"batch": BENCH_SHAPE.batch}],

@@ -261,6 +261,43 @@ def _reference(shape: Shape, init: Init, batches: list[list[Batch]], mode: str, 
     return Reference(emb.detach().clone(), dense_states, losses)
 
 
+def reference_uneven(shape: Shape, init: Init, batches: list[list[Batch]], short_steps: int,
+                     optim: Optim, loss: str = "mse", divide_by_initial_world_size: bool = True,
+                     dtype: torch.dtype = torch.float64) -> Reference:
+    """Uneven inputs under DDP's join(), in one process: trainer 1 takes every step's batch,
+    trainer 2 only the first `short_steps`, then joins. The embedding is not stepped (each
+    trainer steps only its dense model, so no order of the two trainers' steps matters).
+
+    DDP.join's docstring: a joined rank shadows the all-reduce with zeros, and the sum is
+    divided by the world size DDP was launched with (`divide_by_initial_world_size=True`, the
+    default), or by the ranks still training (False). One dense replica, as under DDP."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors, as in reference_training
+    try:
+        loss_fn = LOSSES[loss]
+        n = len(TRAINER_RANKS)
+        emb = init.embedding.to(dtype)
+        net = new_dense(shape, init.dense).to(dtype)
+        opt = torch.optim.SGD(net.parameters(), **optim.kwargs())
+        losses: list[list[float]] = [[] for _ in range(n)]
+        for step, step_batches in enumerate(batches):
+            active = step_batches if step < short_steps else step_batches[:1]
+            grads = []
+            for t, b in enumerate(active):
+                pooled = F.embedding_bag(b.indices, emb, b.offsets, mode="sum")
+                value = loss_fn(net(b.dense.to(dtype), pooled), b.target.to(dtype))
+                grads.append(torch.autograd.grad(value, list(net.parameters())))
+                losses[t].append(value.item())
+            divisor = n if divide_by_initial_world_size else len(active)
+            for i, p in enumerate(net.parameters()):
+                p.grad = sum(g[i] for g in grads) / divisor
+            opt.step()
+        state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        return Reference(emb.clone(), [state] * n, losses)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def compare(got: torch.Tensor, want: torch.Tensor) -> tuple[float, float]:
     """(largest absolute difference, that divided by the largest |want|) of one tensor.
 

@@ -28,6 +28,8 @@ if PLANTED not in sys.path:
 from ddp_rpc_breaks import (  # noqa: E402
     ddp_allreduce_disabled,
     dist_backward_seed_doubled,
+    join_disabled,
+    join_divides_by_ranks_still_training,
     kill_ignored,
     remote_output_detached,
     survivors_swallow_errors,
@@ -128,6 +130,15 @@ def test_local_grad_checks_fail_when_dist_backward_is_wrong():
                              for r in (1, 2) for part in ("dense", "embedding")}, entry.reason
 
 
+def test_join_reference_checks_fail_when_join_divides_by_the_ranks_still_training():
+    """A factor of 2 on trainer 1's steps after trainer 2 joined: its parameters, and its
+    losses from the next step on, leave the reference; join's final sync still makes the
+    replicas equal."""
+    entry = run("uneven_inputs", {"ddp": "inside"}, join_divides_by_ranks_still_training)
+    assert failed(entry) == {"trainer 1 dense parameters match the joined reference",
+                             "trainer 1 losses match the joined reference"}, entry.reason
+
+
 def test_fault_error_checks_fail_when_nobody_dies():
     entry = run("faults", {"victim": "trainer"}, kill_ignored)
     assert failed(entry) == {"error reports the dead rank killed",
@@ -165,9 +176,9 @@ def test_reaped_check_fails_when_the_launcher_does_not_reap(monkeypatch):
 
 
 # What turns each case's feature off: DDP's all-reduce (the dense half), RPC's gradient
-# (the remote half), the fault injection's kill, or RPC made a local call (tests/planted/
-# feature_off.py). Each must then fail: never pass, never n/a. The entries the tests above
-# already run are named by them; the rest run below.
+# (the remote half), DDP's join (uneven inputs), the fault injection's kill, or RPC made a
+# local call (tests/planted/feature_off.py). Each must then fail: never pass, never n/a. The
+# entries the tests above already run are named by them; the rest run below.
 FEATURE_OFF = {
     ("matches_reference", "ddp=none"): (remote_output_detached, {"ddp": "none"}),
     ("matches_reference", "ddp=outside"): (ddp_allreduce_disabled, {"ddp": "outside"}),
@@ -175,6 +186,7 @@ FEATURE_OFF = {
     ("mirrored_pairs", "ddp=outside"): (remote_output_detached, {"ddp": "outside"}),
     ("mirrored_pairs", "ddp=inside"): (ddp_allreduce_disabled, {"ddp": "inside"}),
     ("dist_grads_equal_local", "ddp=inside"): (remote_output_detached, {"ddp": "inside"}),
+    ("uneven_inputs", "ddp=inside"): (join_disabled, {"ddp": "inside"}),
     ("faults", "victim=trainer"): (kill_ignored, {"victim": "trainer"}),
     ("faults", "victim=ps"): (kill_ignored, {"victim": "ps"}),
     ("clean_exit", "trials=2"): ("rpc", {"trials": 2}),

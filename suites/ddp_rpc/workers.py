@@ -55,7 +55,7 @@ _PS: dict[str, Any] = {}
 class Spec:
     """Everything one hybrid run needs; pickled to every process."""
 
-    task: str  # "train" | "grads" | "measure"
+    task: str  # "train" | "grads" | "measure" | "uneven"
     mode: str  # "none" | "outside" | "inside"
     device: str  # the trainers' device; the parameter server is always on CPU
     shape: Shape
@@ -76,6 +76,7 @@ class Spec:
     # at barriers inside it
     turns: Turns | None = None
     warmup: int = 3
+    short_steps: int = 0  # task "uneven": the last trainer's steps (the others take them all)
 
 
 def hybrid_worker(rank: int, world: int, spec: Spec) -> dict[str, Any]:
@@ -256,6 +257,32 @@ def grads_task(rank: int, spec: Spec, group: dist.ProcessGroup) -> dict[str, Any
     return {"steps": steps}
 
 
+def uneven_task(rank: int, spec: Spec, group: dist.ProcessGroup) -> dict[str, Any]:
+    """Uneven inputs under DDP's join(): the last trainer stops after `spec.short_steps`
+    steps, the others go on, and their DDP all-reduces still complete (DDP.join's docstring).
+    Each trainer steps only its dense model, right after its backward: no lock-step barrier,
+    which a joined trainer could not meet, and so no embedding step whose order between the
+    trainers would vary from run to run."""
+    tr = build_trainer(rank, spec, group)
+    ddp = tr.model if spec.mode == "outside" else tr.model.dense
+    if not isinstance(ddp, DistributedDataParallel):
+        raise ValueError(f"uneven inputs need a DDP model (mode {spec.mode!r})")
+    optimizer = DistributedOptimizer(torch.optim.SGD, [rpc.RRef(p) for p in tr.dense.parameters()],
+                                     **spec.optim.kwargs())
+    t = _trainer_index(rank)
+    steps = len(spec.batches) if rank != TRAINER_RANKS[-1] else spec.short_steps
+    losses = []
+    with ddp.join():
+        for step_batches in spec.batches[:steps]:
+            b = step_batches[t]
+            with dist_autograd.context() as context_id:
+                loss = LOSSES[spec.loss](tr.model(b.indices, b.offsets, b.dense), b.target)
+                dist_autograd.backward(context_id, [loss])
+                optimizer.step(context_id)
+            losses.append(loss.item())
+    return {"dense": _dense_state(tr), "losses": losses}
+
+
 def _cpu(t: torch.Tensor | None) -> torch.Tensor | None:
     return None if t is None else t.detach().cpu().clone()
 
@@ -334,4 +361,5 @@ def _timed_hybrid_step(tr: Trainer, spec: Spec, b: Batch) -> dict[str, float]:
     return {"forward": t1 - t0, "backward": t2 - t1, "optimizer": t3 - t2, "step": t3 - t0}
 
 
-TASKS = {"train": train_task, "grads": grads_task, "measure": measure_task}
+TASKS = {"train": train_task, "grads": grads_task, "measure": measure_task,
+         "uneven": uneven_task}

@@ -81,3 +81,23 @@ def survivors_swallow_errors() -> None:
             time.sleep(3600)
 
     workers.train_step = swallowing
+
+
+def join_disabled() -> None:
+    """DDP's join() does nothing: a trainer that runs out of inputs leaves the other waiting
+    in its all-reduce."""
+    import contextlib
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    DistributedDataParallel.join = lambda self, *args, **kwargs: contextlib.nullcontext()
+
+
+def join_divides_by_ranks_still_training() -> None:
+    """DDP's join() divides the gradients by the ranks still training, not by the initial
+    world size its docstring gives as the default: a factor of 2 after one trainer joined."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    join = DistributedDataParallel.join
+    DistributedDataParallel.join = lambda self, *args, **kwargs: join(
+        self, *args, **{**kwargs, "divide_by_initial_world_size": False})
