@@ -19,6 +19,7 @@ Conformance:
 - `uneven_inputs`: under DDP's `join()`, trainer 2 stops halfway and trainer 1 trains on;
   its dense parameters equal a reference whose joined trainer adds zero gradients divided by
   the initial world size (DDP.join's documented default), and the replicas agree at the end.
+  PyTorch's own tests of the hybrid (ddp_under_dist_autograd_test.py) train it so too.
 - `faults`: a trainer or the parameter server dying mid-training ends the case with one
   clear error naming it, survivors fail on their own, nothing hangs, every process is gone.
 
