@@ -176,7 +176,7 @@ def test_judging_again_by_a_new_case_only_merges_with_the_earlier_verdict(monkey
     for earlier_fate, later_fate, want in [
             (Fate.SURVIVED, Fate.CHECK, Fate.CHECK), (Fate.SURVIVED, Fate.SURVIVED, Fate.SURVIVED),
             (Fate.ERROR, Fate.SURVIVED, Fate.ERROR), (Fate.ERROR, Fate.CHECK, Fate.CHECK),
-            (Fate.CHECK, Fate.ERROR, Fate.CHECK)]:
+            (Fate.CHECK, Fate.ERROR, Fate.CHECK), (Fate.ERROR, Fate.TIMEOUT, Fate.TIMEOUT)]:
         earlier = Judgement(earlier_fate, ("old broke",) if earlier_fate.killed else (),
                             ("ddp_rpc/old",), 50.0, "a")
         later = Judgement(later_fate, ("new broke",) if later_fate.killed else (),
@@ -191,6 +191,15 @@ def test_judging_again_by_a_new_case_only_merges_with_the_earlier_verdict(monkey
         assert got.judges == ("ddp_rpc/old", "ddp_rpc/new") and got.commit == "b"
         assert got.by == (earlier if want is earlier_fate and earlier_fate.killed
                           else later).by
+    # a named case that judged before may judge otherwise now (fixed since): every case
+    # judges, and its verdict replaces the earlier one
+    earlier = Judgement(Fate.ERROR, ("new broke",), ("ddp_rpc/old", "ddp_rpc/new"), 50.0, "a")
+    later = Judgement(Fate.SURVIVED, (), ("ddp_rpc/old", "ddp_rpc/new"), 5.0)
+    record.judged[m.name] = {"suite": earlier.to_json()}
+    got = Judgement.from_json(mutants._judge(plan, Env(), record, m, source, tmp_path,
+                                             "b")["suite"])
+    assert asked[-1] == ["ddp_rpc/new[cpu default]", "ddp_rpc/old[cpu default]"]
+    assert got.fate is Fate.SURVIVED
 
 
 def test_judging_again_first_surveys_the_cases_added_since_the_record(monkeypatch):
@@ -214,6 +223,10 @@ def test_judging_again_first_surveys_the_cases_added_since_the_record(monkeypatc
     assert mutants._survey_new_cases(plan, None, record, source, None, lambda line: None)
     assert surveyed == ["new", "unused"]
     assert sorted(record.cases) == ["ddp_rpc/new[cpu ddp=inside]", "ddp_rpc/old[cpu default]"]
+    assert record.cases_not_running == ["unused"]
+    surveyed.clear()  # the next --again surveys neither again
+    assert not mutants._survey_new_cases(plan, None, record, source, None, lambda line: None)
+    assert surveyed == []
 
 
 def test_a_mutant_is_judged_by_the_judges_that_run_its_lines():
@@ -399,8 +412,8 @@ def test_every_survivor_of_the_committed_campaign_is_triaged():
             assert v and v["verdict"] in VERDICTS and v["why"], (record.target.path, name)
             if v["verdict"] == "missed":
                 case_added = v["check"].startswith(f"{record.suite}/")
-                assert (now.fate is Fate.CHECK or case_added and now.fate.killed) and any(
-                    by.startswith(v["check"]) if case_added else v["check"] in by
+                assert (now.fate is Fate.CHECK or case_added and now.fate is Fate.ERROR) and any(
+                    by.startswith(v["check"] + ":") if case_added else v["check"] in by
                     for by in now.by), (record.target.path, name, now)
             else:
                 assert now.fate is Fate.SURVIVED, (record.target.path, name, now)

@@ -61,8 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         choices=("survived", "error", "timeout", "check"),
                         help="judge again the mutants the suite gave this fate (repeatable): "
                              "after adding a check, say. Cases the suite has gained since the "
-                             "record was made are surveyed first; with --case, only those "
-                             "cases judge, their verdict merged with the earlier one")
+                             "record was made are surveyed first; with --case naming cases "
+                             "that did not judge it before, only those judge, their verdict "
+                             "merged with the earlier one")
     parser.add_argument("--out", default="results/validation/mutation", metavar="DIR",
                         help="where the record goes, one file per module (default: "
                              "results/validation/mutation)")

@@ -126,10 +126,12 @@ class Judgement:
                       "judges": tuple(d.get("judges", ()))})
 
     def merged(self, later: Judgement) -> Judgement:
-        """This verdict and a later one by other judges of the same mutant, as one: a kill
-        by a check beats a crash, which beats surviving (a mutant survives only if every
-        judge let it); the later's time and commit."""
-        rank = {Fate.CHECK: 0, Fate.ERROR: 1, Fate.TIMEOUT: 1, Fate.SURVIVED: 2}
+        """This verdict and a later one by other judges of the same mutant (none of this
+        one's), as one verdict of them all, in judge_by_suite's order: a kill by a check,
+        then by the time limit, then by a crash, then surviving (only if every judge let
+        it). Its seconds and commit are the later judging's (the earlier verdict is kept
+        beside it in the record, under "earlier")."""
+        rank = {Fate.CHECK: 0, Fate.TIMEOUT: 1, Fate.ERROR: 2, Fate.SURVIVED: 3}
         best = later if rank[later.fate] < rank[self.fate] else self
         return replace(best, judges=tuple(dict.fromkeys(self.judges + later.judges)),
                        seconds=later.seconds, commit=later.commit)
@@ -763,7 +765,7 @@ class Record:
     operators: int
     machine: dict[str, str]
     mutants: int  # in the module (inside `within`'s functions, when it names any)
-    cases: dict[str, CaseRun]  # by result key
+    cases: dict[str, CaseRun]  # by result key: the cases that run a line of the module
     unreached: dict[str, int]  # mutants on lines no case runs, by their function
     reached: list[str]  # the names of the mutants on lines some case runs
     seed: int
@@ -779,6 +781,8 @@ class Record:
     updated: str = ""
     setup_s: float = 0.0
     command: str = ""
+    # the cases surveyed that run none of the module's lines, by name (not run again)
+    cases_not_running: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -956,7 +960,8 @@ def _survey_new_cases(plan: Plan, env: Env, record: Record, source: str, scratch
     added since, to hold a contract a survivor broke) are surveyed, and those that run the
     module join the record's cases. Their new lines widen no sample: the mutants on lines
     only they run stay unreached. Returns whether any joined."""
-    known = {records.CaseKey.parse(k).case for k in record.cases}
+    known = {records.CaseKey.parse(k).case for k in record.cases} | set(
+        record.cases_not_running)
     new = [c for c in suite_cases(plan.suite, plan.cases, plan.skip) if c not in known]
     if not new:
         return False
@@ -964,12 +969,16 @@ def _survey_new_cases(plan: Plan, env: Env, record: Record, source: str, scratch
     runs = survey_cases(env, plan.target, plan.suite, new, plan.timeout_s, scratch, log)
     inside = _inside(source, plan.target)
     added = {k: r for k, r in runs.items() if set(r.lines) & inside}
+    running = {records.CaseKey.parse(k).case for k in added}
+    if idle := [c for c in new if c not in running]:
+        log(f"  run none of its lines: {', '.join(idle)}")
     earlier = {n for r in record.cases.values() for n in r.lines}
     only_new = {n for r in added.values() for n in r.lines} & inside - earlier
     if only_new:
         log(f"  {len(only_new)} lines only the new cases run; their mutants stay unreached")
     record.cases.update(added)
-    return bool(added)
+    record.cases_not_running = sorted({*record.cases_not_running, *idle})
+    return True
 
 
 def _inside(source: str, target: Target) -> set[int]:
@@ -1004,6 +1013,7 @@ def _survey(plan: Plan, env: Env, all_mutants: list[Mutant], source: str, scratc
     runs = survey_cases(env, plan.target, plan.suite, cases, plan.timeout_s, scratch, log)
     inside = _inside(source, plan.target)
     using = {k: r for k, r in runs.items() if set(r.lines) & inside}
+    running = {records.CaseKey.parse(k).case for k in using}
     reached_lines = {n for r in using.values() for n in r.lines}
     reached = [m.name for m in all_mutants if set(m.lines) & reached_lines]
     unreached: dict[str, int] = {}
@@ -1034,7 +1044,8 @@ def _survey(plan: Plan, env: Env, all_mutants: list[Mutant], source: str, scratc
         tests=tests,
         tests_dropped=dropped, test_groups=plan.test_groups, tests_sample=plan.tests_sample,
         reached_by_tests_only=by_tests_only, started=records.now(),
-        setup_s=round(time.monotonic() - t0, 1), command=plan.command)
+        setup_s=round(time.monotonic() - t0, 1), command=plan.command,
+        cases_not_running=[c for c in cases if c not in running])
 
 
 def _env_torch(env: Env) -> str:
@@ -1056,16 +1067,21 @@ def _judge(plan: Plan, env: Env, record: Record, mutant: Mutant, source: str,
     cases = dict(record.cases) if earlier else (
         {k: record.cases[k] for k in judges_of(mutant, record.cases, record.cases)}
         or dict(record.cases))  # module-level lines: every case that uses the module
+    merge = False
     if earlier and plan.cases:
-        cases = {k: r for k, r in cases.items()
-                 if any(c in records.CaseKey.parse(k).case for c in plan.cases)}
-        if not cases:
+        chosen = {k: r for k, r in cases.items()
+                  if any(c in records.CaseKey.parse(k).case for c in plan.cases)}
+        if not chosen:
             raise MutantsError(f"no case of the record matches --case {' '.join(plan.cases)}")
+        # a chosen case that judged before may judge otherwise now: then every case judges
+        merge = not {f"{plan.suite}/{records.CaseKey.parse(k).case}" for k in chosen} & set(
+            earlier.judges)
+        cases = chosen if merge else cases
     try:
         env.write_mutant(plan.target, code)
         j = judge_by_suite(env, plan.suite, cases, plan.timeout_s, scratch)
         j = replace(j, seconds=round(j.seconds, 1), commit=commit)
-        entry["suite"] = (earlier.merged(j) if earlier and plan.cases else j).to_json()
+        entry["suite"] = (earlier.merged(j) if merge else j).to_json()
         # PyTorch's tests are the same whatever the suite's checks: judged once
         if record.tests and "torch_tests" not in record.judged.get(mutant.name, {}):
             tests = {k: record.tests[k] for k in judges_of(mutant, record.tests, record.tests)}

@@ -489,7 +489,7 @@ def _float8_linear(real):
     return linear
 
 
-# the parity breaks' training steps (see the test below)
+# the parity break's training steps on the CPU (see the test below)
 PARITY_BREAK_STEPS = 50
 
 
@@ -498,9 +498,11 @@ def test_parity_check_fails_when_autocast_precision_is_too_low(monkeypatch, devi
     unbroken(cases.suite.case("accuracy_parity"), device)
     from suites.amp import training
 
-    # a quarter of the quick profile's steps: at 50 steps here the fp32 control has removed
-    # 96% of its loss (80% needed), bf16 ends 0.04% from it and float8 15x (5% allowed)
-    monkeypatch.setitem(training.PARITY, "steps", PARITY_BREAK_STEPS)
+    if device == "cpu":
+        # a quarter of the case's 200 steps: at 50 on the CPU the fp32 control has removed 96%
+        # of its loss (80% needed), bf16 ends 0.04% from it and float8 15x off (5% allowed);
+        # on CUDA fp16 needs all 200 to leave 5% (tests/test_cuda_rehearsal.py)
+        monkeypatch.setitem(training.PARITY, "steps", PARITY_BREAK_STEPS)
     monkeypatch.setattr(F, "linear", _float8_linear(F.linear))
     bad = failed(run("accuracy_parity", device))
     amp = cases.AMP_MODES[device]

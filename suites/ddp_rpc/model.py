@@ -268,9 +268,11 @@ def reference_uneven(shape: Shape, init: Init, batches: list[list[Batch]], short
     trainer 2 only the first `short_steps`, then joins. The embedding is not stepped (each
     trainer steps only its dense model, so no order of the two trainers' steps matters).
 
-    DDP.join's docstring: a joined rank shadows the all-reduce with zeros, and the sum is
-    divided by the world size DDP was launched with (`divide_by_initial_world_size=True`, the
-    default), or by the ranks still training (False). One dense replica, as under DDP."""
+    A joined rank shadows each all-reduce (DDP.join's docstring) with zeros (DDP's
+    `_match_all_reduce_for_bwd_pass`): after trainer 2 joined, a step's gradient is trainer
+    1's plus zeros, divided by 2, the world size DDP was launched with
+    (`divide_by_initial_world_size=True`, the default), or by 1, the ranks still training
+    (False). One dense replica, as under DDP."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors, as in reference_training
     try:
@@ -281,7 +283,7 @@ def reference_uneven(shape: Shape, init: Init, batches: list[list[Batch]], short
         opt = torch.optim.SGD(net.parameters(), **optim.kwargs())
         losses: list[list[float]] = [[] for _ in range(n)]
         for step, step_batches in enumerate(batches):
-            active = step_batches if step < short_steps else step_batches[:1]
+            active = step_batches if step < short_steps else step_batches[:-1]
             grads = []
             for t, b in enumerate(active):
                 pooled = F.embedding_bag(b.indices, emb, b.offsets, mode="sum")

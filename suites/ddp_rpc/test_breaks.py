@@ -30,6 +30,7 @@ from ddp_rpc_breaks import (  # noqa: E402
     dist_backward_seed_doubled,
     join_disabled,
     join_divides_by_ranks_still_training,
+    join_final_sync_skipped,
     kill_ignored,
     remote_output_detached,
     survivors_swallow_errors,
@@ -137,6 +138,22 @@ def test_join_reference_checks_fail_when_join_divides_by_the_ranks_still_trainin
     entry = run("uneven_inputs", {"ddp": "inside"}, join_divides_by_ranks_still_training)
     assert failed(entry) == {"trainer 1 dense parameters match the joined reference",
                              "trainer 1 losses match the joined reference"}, entry.reason
+
+
+def test_join_replica_check_fails_when_joins_final_sync_is_skipped():
+    """Trainer 2 keeps the parameters of its last own step: only the replicas differ."""
+    entry = run("uneven_inputs", {"ddp": "inside"}, join_final_sync_skipped)
+    assert failed(entry) == {"trainer replicas identical after join"}, entry.reason
+
+
+def test_join_reference_checks_fail_without_ddp_allreduce():
+    """Each trainer steps with its own gradients (the joined one's shadowed all-reduces go
+    through the same hook): both trainers' losses leave the reference from the second step
+    on, and trainer 1's parameters; join's final sync still makes the replicas equal."""
+    entry = run("uneven_inputs", {"ddp": "inside"}, ddp_allreduce_disabled)
+    assert failed(entry) == {"trainer 1 dense parameters match the joined reference",
+                             "trainer 1 losses match the joined reference",
+                             "trainer 2 losses match the joined reference"}, entry.reason
 
 
 def test_fault_error_checks_fail_when_nobody_dies():

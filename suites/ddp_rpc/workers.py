@@ -66,6 +66,7 @@ class Spec:
     loss: str = "mse"
     rpc_timeout_s: float = 30.0
     pg_timeout_s: float = 60.0
+    trainers_timeout_s: float | None = None  # the trainers' DDP group's (default pg_timeout_s)
     local_check: bool = False  # task "grads": also local-autograd gradients to compare
     kill: tuple[int, int] | None = None  # (rank, step): that rank SIGKILLs itself there
     death_file: str | None = None  # the killed rank writes the time of its death here
@@ -89,7 +90,9 @@ def hybrid_worker(rank: int, world: int, spec: Spec) -> dict[str, Any]:
     options = rpc.TensorPipeRpcBackendOptions(init_method=rpc_group.rendezvous_url(),
                                               rpc_timeout=spec.rpc_timeout_s)
     with rpc_group.joined(rank, world, worker_name(rank), options, gloo_timeout=timeout):
-        trainers = dist.new_group(list(TRAINER_RANKS), timeout=timeout)  # every rank calls it
+        trainers = dist.new_group(  # every rank calls it
+            list(TRAINER_RANKS), timeout=timedelta(seconds=spec.trainers_timeout_s or
+                                                   spec.pg_timeout_s))
         if rank == PS_RANK:
             _start_parameter_server(spec)
             dist.barrier()  # the embedding exists before any trainer asks for it
@@ -263,7 +266,7 @@ def uneven_task(rank: int, spec: Spec, group: dist.ProcessGroup) -> dict[str, An
     Each trainer steps only its dense model, right after its backward: no lock-step barrier,
     which a joined trainer could not meet, and so no embedding step whose order between the
     trainers would vary from run to run."""
-    tr = build_trainer(rank, spec, group)
+    tr = build_trainer(rank, spec, group)  # its optimizer (embedding included) stays unused
     ddp = tr.model if spec.mode == "outside" else tr.model.dense
     if not isinstance(ddp, DistributedDataParallel):
         raise ValueError(f"uneven inputs need a DDP model (mode {spec.mode!r})")

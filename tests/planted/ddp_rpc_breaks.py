@@ -101,3 +101,11 @@ def join_divides_by_ranks_still_training() -> None:
     join = DistributedDataParallel.join
     DistributedDataParallel.join = lambda self, *args, **kwargs: join(
         self, *args, **{**kwargs, "divide_by_initial_world_size": False})
+
+
+def join_final_sync_skipped() -> None:
+    """join()'s last step, the broadcast of the last joiner's parameters to the ranks that
+    joined before it, is skipped (in every process, so no collective is left unmatched)."""
+    from torch.nn.parallel.distributed import _DDPJoinHook
+
+    _DDPJoinHook.post_hook = lambda self, is_last_joiner: None
