@@ -326,8 +326,9 @@ def _mutation_lines(root: Path = MUTATION) -> list[str]:
         waiting = [n for n in r.sample if not r.judgement(n, "suite")]
         left = (f"; {len(waiting)} of its sample not judged yet (the same command judges "
                 "them)" if waiting else "")
+        again = "".join(f", then `{c}`" for c in r.again_commands)
         lines.append(f"- `{r.target.path}`: {', '.join(cases)}{tests}{only}{left}; "
-                     f"{spent / 60:.0f} min. `{r.command}`")
+                     f"{spent / 60:.0f} min. `{r.command}`{again}")
     lines += _triage_lines(recs, triage) + _not_reached_lines(recs, reasons)
     return lines
 

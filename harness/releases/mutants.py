@@ -783,6 +783,8 @@ class Record:
     command: str = ""
     # the cases surveyed that run none of the module's lines, by name (not run again)
     cases_not_running: list[str] = field(default_factory=list)
+    # the --again commands run on the record since, in order
+    again_commands: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -908,7 +910,10 @@ def campaign(plan: Plan, env: Env, log: Callable[[str], None] = print) -> Record
         records.write_json_atomic(path, record.to_json())
         log(f"the sample grows from {before} to {len(record.sample)} mutants (seed "
             f"{record.seed}: the sample --sample {plan.size} draws)")
-    if plan.again and _survey_new_cases(plan, env, record, source, scratch, log):
+    if plan.again:
+        _survey_new_cases(plan, env, record, source, scratch, log)
+        if plan.command and plan.command not in record.again_commands:
+            record.again_commands.append(plan.command)
         records.write_json_atomic(path, record.to_json())
     wanted = list(plan.names) or record.sample
     todo = [n for n in wanted if _needs_judging(record, n, plan)]
