@@ -21,6 +21,8 @@ PORT=${PORT:-29455}
 SIZES=${SIZES:-[4,65536,262144,1048576,4194304]}
 DELAY_MS=${DELAY_MS:-1}
 MIN_SAMPLES=${MIN_SAMPLES:-12}
+# the DDP+RPC variants run across the link (none, outside, inside; default: all three)
+DDP_MODE=${DDP_MODE:-}
 
 skip() { echo "netns-check: skipped: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root to make network namespaces"
@@ -56,7 +58,7 @@ run_pair() {
   rm -rf "$dir"; mkdir -p "$dir"
   local args=(-- --suite rpc --suite ddp_rpc --only round_trip --only matches_reference
               --param "sizes=$SIZES" --param "min_samples=$MIN_SAMPLES" --no-telemetry
-              --out "$dir/runs")
+              --out "$dir/runs" ${DDP_MODE:+--param "ddp=$DDP_MODE"})
   ip netns exec "$B" "$BIN/release-bench" multihost --nnodes 2 --iface "$VB" \
     --rdzv-endpoint "$ADDR_A:$PORT" "${args[@]}" >"$dir/b.log" 2>&1 &
   local b=$!
