@@ -193,9 +193,11 @@ def test_round_trips_in_bursts_run_the_caller_and_the_callee_on_cpus_of_their_ow
     from harness.running import duet
 
     caller_cpus, callee_cpus = (list(h) for h in duet.halves())
+    # one payload of the three: the turns are the same (each session's rounds), in a third
+    # of the time; `--param` reaches each round's run
     out = subprocess.run([BIN / "release-bench", "ab", ".venv", ".venv", "--bursts", "--suite",
-                          "rpc", "--case", "round_trip", "--rounds", "1", "--calibration",
-                          "none", "--out", str(tmp_path / "bursts")],
+                          "rpc", "--case", "round_trip", "--param", "sizes=[4]", "--rounds", "1",
+                          "--calibration", "none", "--out", str(tmp_path / "bursts")],
                          capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert out.returncode in (0, 1), out.stderr[-3000:]
     assert "bursts (1 round, both sides alive through each" in out.stdout
@@ -208,6 +210,7 @@ def test_round_trips_in_bursts_run_the_caller_and_the_callee_on_cpus_of_their_ow
     for side, runs in campaign.load_rounds(where).items():
         result = runs[0].results[0]
         assert result.outcome == "pass", (side, result.reason)
+        assert result.params["sizes"] == [4], result.params
         assert result.details["cpus"] == {"caller": caller_cpus, "callee": callee_cpus,
                                           "pinned": True}, side
         assert any("the caller ran on CPU" in n for n in result.notes), result.notes

@@ -28,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--judge", metavar="AB_DIR",
                         help="give the verdicts again from an earlier ab's stored rounds")
     common.add_selection(parser)
+    common.add_param(parser, passed_on=True)
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, metavar="K",
                         help="fresh processes per side and group (default 5: A B, B A, A B, "
                              "B A, A B); a benchmark whose level this machine's calibration "
@@ -66,7 +67,7 @@ def main(args) -> int:
     if not args.judge and not (args.a and args.b):
         raise UsageError("ab needs two environments, A and B (or --judge AB_DIR)")
     history = history_floor(args)
-    run_args = common.run_args(args)
+    run_args = common.run_args(args) + common.param_args(args.param)
     # the stored rounds say how each benchmark was measured, and so which calibration
     units = (ab.stored_units(Path(args.judge)) if args.judge
              else judging.units(suites, args))

@@ -29,11 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--telemetry-interval", type=common.positive_float, default=0.1,
                         metavar="S",
                         help="seconds between telemetry samples (default: 0.1, i.e. 10 Hz)")
-    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                        type=common.param,
-                        help="set a parameter of every case that has it, e.g. --param "
-                             "batch=256 --param tf32=true (values are JSON: numbers, "
-                             "true/false, strings)")
+    common.add_param(parser)
     parser.add_argument("--only", action="append", metavar="CASE",
                         help="only the case named CASE exactly (repeatable); `ab` runs each "
                              "benchmark case in a process of its own with it")
