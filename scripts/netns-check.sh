@@ -9,6 +9,7 @@
 # its qdiscs, are removed on the way out, failed or not.
 #
 #   scripts/netns-check.sh            # RATE_MBIT=100, results under results/scratch/netns
+#   DDP_MODE=inside scripts/netns-check.sh   # one DDP+RPC variant of three
 # Exit status: 0 passed, 1 a check failed, 2 a run failed, 77 skipped (not root, no ip netns).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,10 @@ DELAY_MS=${DELAY_MS:-1}
 MIN_SAMPLES=${MIN_SAMPLES:-12}
 # the DDP+RPC variants run across the link (none, outside, inside; default: all three)
 DDP_MODE=${DDP_MODE:-}
+case "$DDP_MODE" in
+  ""|none|outside|inside) ;;
+  *) echo "netns-check: DDP_MODE must be none, outside or inside, not '$DDP_MODE'" >&2; exit 2 ;;
+esac
 
 skip() { echo "netns-check: skipped: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root to make network namespaces"

@@ -233,9 +233,12 @@ def _reason(reasons: dict[str, str], function: str) -> str:
 
 
 def _seconds(rec) -> float:
-    """A mutants record's wall time: its survey and every judge's run of every mutant."""
-    return rec.setup_s + sum(j.get("seconds", 0) for e in rec.judged.values()
-                             for k, j in e.items() if k in ("suite", "torch_tests"))
+    """A mutants record's wall time: its survey and every judge's run of every mutant, the
+    earlier runs of those judged again (`--again`) included."""
+    return rec.setup_s + sum(
+        j.get("seconds", 0) for e in rec.judged.values()
+        for j in [*(v for k, v in e.items() if k in ("suite", "torch_tests")),
+                  *e.get("earlier", [])])
 
 
 def _mutation_lines(root: Path = MUTATION) -> list[str]:

@@ -113,6 +113,28 @@ def test_judge_of_a_folder_that_is_no_ab_is_one_line(tmp_path, capsys):
         assert err.count("\n") == 1 and says in err, err
 
 
+def test_a_param_goes_to_the_units_whose_cases_take_it_and_one_none_takes_is_refused(capsys):
+    """`ab --param`: each round's run gets the parameters its own cases have (the RPC round
+    trip's payload sizes, not its conformance cases nor its batched update, whose runs would
+    refuse them), with the value `run` reads back; a parameter no selected case has is one
+    line and exit 2 before anything runs."""
+    from harness import cli
+    from harness.commands import run
+    from harness.comparing import campaign
+
+    units = campaign.with_params(campaign.units(["rpc"]), [("sizes", [4]),
+                                                           ("min_samples", 5)], "quick")
+    given = {u.name: run.parse(u.selection()).param for u in units}
+    assert given.pop("rpc.round_trip") == [("sizes", [4]), ("min_samples", 5)], given
+    assert {"rpc", "rpc.batched_update"} <= set(given), given
+    assert all(v == [] for v in given.values()), given
+    for args in (["--param", "nope=1"], ["--judge", ".", "--param", "sizes=[4]"]):
+        assert cli.main(["ab", ".venv", ".venv", "--suite", "rpc", "--calibration", "none",
+                         *args]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and ("nope" in err or "--judge" in err), err
+
+
 def test_a_side_whose_round_writes_no_run_is_one_line_naming_its_log(tmp_path):
     """A side's Python that answers for its torch but whose `run` dies before writing its
     record: ab stops at that round, exit 2, with one line naming the side and its log."""

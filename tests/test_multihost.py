@@ -262,7 +262,7 @@ def test_netns_check_matches_the_shaped_rate_and_listens_only_on_its_interfaces(
     # link is steady (sessions within 0.5%), so 4 samples a session still fit the slope, and
     # at 400 Mbit/s a 4 MiB round trip takes 0.18 s instead of 0.7 s; the shaped run was most
     # of the test's time (docs/validation.md: both rates, side by side). One DDP+RPC variant
-    # of three: what crosses the link is the same in each.
+    # of three: inside carries both the embedding's RPC and DDP's all-reduce across the link.
     env = os.environ | {"OUT": str(tmp_path), "PORT": str(launch.free_port()),
                         "BIN": str(Path(sys.executable).parent), "MIN_SAMPLES": "4",
                         "SIZES": "[4,65536,1048576,4194304]", "RATE_MBIT": "400",

@@ -295,6 +295,7 @@ def miniature(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_the_same_build_two_nights_running_is_green_with_one_ledger_commit(miniature):
     tmp, out = miniature
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -322,6 +323,7 @@ def test_the_same_build_two_nights_running_is_green_with_one_ledger_commit(minia
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_the_nightly_page_and_asvs_graph_over_builds_in_a_browser(miniature):
     needs_asv_dashboard_scripts()
     tmp, out = miniature

@@ -67,10 +67,16 @@ def main(args) -> int:
     if not args.judge and not (args.a and args.b):
         raise UsageError("ab needs two environments, A and B (or --judge AB_DIR)")
     history = history_floor(args)
-    run_args = common.run_args(args) + common.param_args(args.param)
+    run_args = common.run_args(args)
     # the stored rounds say how each benchmark was measured, and so which calibration
     units = (ab.stored_units(Path(args.judge)) if args.judge
              else judging.units(suites, args))
+    if args.judge and args.param:
+        raise UsageError("ab --judge: --param sets the runs' parameters; --judge runs nothing")
+    try:
+        units = units if args.judge else campaign.with_params(units, args.param, args.profile)
+    except campaign.CampaignError as e:
+        raise UsageError(str(e)) from e
     cal, cal_line = common.read_calibration(args, units=units)
     if cal is not None:
         units = campaign.with_rounds_factors(units, cal)

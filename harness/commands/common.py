@@ -92,15 +92,9 @@ def add_param(parser: argparse.ArgumentParser, passed_on: bool = False) -> None:
                         help="set a parameter of every case that has it, e.g. --param "
                              "batch=256 --param tf32=true (values are JSON: numbers, "
                              "true/false, strings)" + (
-                                 "; passed on to each round's run, both sides alike"
+                                 "; passed on to each round's run of the cases that have "
+                                 "it, both sides alike"
                                  if passed_on else ""))
-
-
-def param_args(params: list[tuple[str, object]]) -> list[str]:
-    """--param options that `param` reads back as `params`."""
-    import json
-
-    return [a for k, v in params for a in ("--param", f"{k}={json.dumps(v)}")]
 
 
 BEST = "best"  # each benchmark in the most precise design it declares

@@ -126,6 +126,8 @@ class Unit:
     device: str = ""
     # why it runs in its design (what `ab`'s header says of it)
     why: str = ""
+    # the campaign's --param options its cases take: (key, value as JSON)
+    params: tuple[tuple[str, str], ...] = ()
 
     @property
     def duet(self) -> bool:
@@ -156,7 +158,29 @@ class Unit:
         """The `run` options that select this unit's cases."""
         device = ["--device", self.device] if self.device else []
         return ["--suite", self.suite, *(a for case in self.cases for a in ("--only", case)),
-                *device]
+                *device, *(a for k, v in self.params for a in ("--param", f"{k}={v}"))]
+
+
+def with_params(units: list[Unit], params: list[tuple[str, Any]], profile: str) -> list[Unit]:
+    """Each unit with the parameters (`--param`) its cases take: those a case has in a
+    parameter set of `profile` or names among its options (as `run` sets them). A parameter
+    that no unit takes is bad input: CampaignError."""
+    from harness import registry
+
+    out, taken = [], set()
+    for unit in units:
+        suite = registry.load(unit.suite)
+        keys: set[str] = set()
+        for name in unit.cases:
+            case = suite.case(name)
+            keys |= set(case.options) | {k for device in case.devices
+                                         for p in case.param_sets(profile, device) for k in p}
+        mine = tuple((k, json.dumps(v)) for k, v in params if k in keys)
+        taken |= {k for k, _ in mine}
+        out.append(replace(unit, params=mine))
+    if missing := [k for k, _ in params if k not in taken]:
+        raise CampaignError(f"--param {missing[0]}: no selected case has this parameter")
+    return out
 
 
 def best_design(case: Any) -> tuple[Design, str]:
