@@ -24,7 +24,8 @@ float64, with no RPC and no process group:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -210,12 +211,19 @@ def reference_training(shape: Shape, init: Init, batches: list[list[Batch]], mod
     `shared_embedding_optimizer=True` computes what one optimizer for both trainers would
     give instead, to show that the per-trainer optimizers matter at this tolerance.
     """
-    # Tiny tensors: one thread is fastest, and several spin badly on a busy host.
+    with _one_thread():
+        return _reference(shape, init, batches, mode, optim, loss, shared_embedding_optimizer,
+                          dtype)
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """The references' tiny tensors: one thread is fastest, and several spin badly on a busy
+    host."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _reference(shape, init, batches, mode, optim, loss, shared_embedding_optimizer,
-                          dtype)
+        yield
     finally:
         torch.set_num_threads(threads)
 
@@ -273,9 +281,7 @@ def reference_uneven(shape: Shape, init: Init, batches: list[list[Batch]], short
     1's plus zeros, divided by 2, the world size DDP was launched with
     (`divide_by_initial_world_size=True`, the default), or by 1, the ranks still training
     (False). One dense replica, as under DDP."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors, as in reference_training
-    try:
+    with _one_thread():
         loss_fn = LOSSES[loss]
         n = len(TRAINER_RANKS)
         emb = init.embedding.to(dtype)
@@ -296,8 +302,6 @@ def reference_uneven(shape: Shape, init: Init, batches: list[list[Batch]], short
             opt.step()
         state = {k: v.detach().clone() for k, v in net.state_dict().items()}
         return Reference(emb.clone(), [state] * n, losses)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def compare(got: torch.Tensor, want: torch.Tensor) -> tuple[float, float]:
