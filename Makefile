@@ -23,11 +23,14 @@ bench: $(STAMP)
 # the browser tests of the HTML pages need Debian's chromium (installed here if missing), and
 # asv's dashboard the scripts it loads (fetched once into .asv/vendor: the tests download
 # nothing); each test's outcome and time go to results/scratch/pytest.xml (JUnit XML), the
-# slowest and the time by file to the end of pytest's output
+# slowest and the time by file to the end of pytest's output. Two test processes, a file
+# each at a time (pytest-xdist): a test that times, waits on timers or starts workers runs
+# alone (conftest.py), the others side by side; TEST_WORKERS=0 runs them all in one.
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	@scripts/ensure-chromium.sh
 	$(BIN)/release-bench asv-vendor
-	$(BIN)/pytest --junitxml=results/scratch/pytest.xml
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --junitxml=results/scratch/pytest.xml
 
 report: $(STAMP)
 	$(BIN)/release-bench report

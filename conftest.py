@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,21 +26,71 @@ os.environ.setdefault(asv_dashboard.VENDOR_CACHE_ENV,
 os.environ[asv_dashboard.NO_DOWNLOAD_ENV] = "1"
 
 
+# A test process of `pytest -n N` (pytest-xdist) is told so in its environment; the processes
+# its tests start are not test processes of the run (a pytest among them would turn
+# pytest-benchmark off, as it does under xdist).
+for _name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+    os.environ.pop(_name, None)
+
+# Where the test processes of one `pytest -n N` run (pytest-xdist, as `make test` runs it)
+# keep the locks that take turns on the machine; set by the controlling process for its workers.
+TURNS_ENV = "RELEASE_BENCH_TEST_TURNS"
+
+
 def pytest_configure(config):
     # an image's numpy or scipy older than this code needs: one line, before any test
     from harness import dependencies
 
     if found := dependencies.problems():
         pytest.exit("; ".join(found), returncode=2)
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        # the controlling process of `pytest -n N`: its workers start after this, with this
+        # environment
+        config._turns = tempfile.mkdtemp(prefix="release-bench-test-turns-")
+        os.environ[TURNS_ENV] = config._turns
+
+
+def pytest_unconfigure(config):
+    if turns := getattr(config, "_turns", None):
+        shutil.rmtree(turns, ignore_errors=True)
+        os.environ.pop(TURNS_ENV, None)
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if {"slow", "distributed"} & set(item.keywords):
+            item.add_marker(pytest.mark.alone)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs CUDA; none on this machine (run tox -e gpu on a GPU)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under `pytest -n N`, a test marked `alone` (and every `slow` or `distributed` one: they
+    time things, wait on timers and heartbeats, or start worker processes that a busy neighbour
+    would slow past their limits or mark contended) runs with no other test beside it; the
+    others run side by side. A readers-writer lock on a file: the others share it, an `alone`
+    test takes it whole, and a gate in front of it lets no new test in while one waits for it
+    (without the gate, two workers taking turns at sharing could keep it waiting for ever)."""
+    folder = os.environ.get(TURNS_ENV) if hasattr(item.config, "workerinput") else None
+    if folder is None:
+        yield
+        return
+    alone = item.get_closest_marker("alone") is not None
+    with open(Path(folder) / "gate", "a") as gate, open(Path(folder) / "machine", "a") as turn:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(turn, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(turn, fcntl.LOCK_UN)
 
 
 # A test that takes longer than this is marked `slow` (pytest -m "not slow" leaves it out).

@@ -279,7 +279,9 @@ def miniature(tmp_path_factory):
     setup that runs every part: fork_wait's conformance, the gate on the RPC suite's batched
     update (its quickest benchmark: 18 s a run here against fork_wait's scaling's 27; 2
     sequential rounds; `ab --duet` has tests of its own) and asv timing fork_wait's serial
-    workload."""
+    workload. fork/wait's two cases that profile forked tasks are left out: the profiler's
+    records of forked tasks crash torch now and then (docs/validation.md, 2026-12-05), a
+    crash of torch's that would fail this test of the nightly's own parts."""
     tmp = tmp_path_factory.mktemp("nightly")
     env = os.environ | {"RELEASE_BENCH_ENVS": str(tmp / "envs")}
     made = subprocess.run([BIN / "release-bench", "env", "create", TORCH, "--reuse", str(VENV)],
@@ -287,7 +289,8 @@ def miniature(tmp_path_factory):
     assert made.returncode == 0, made.stderr
     out = subprocess.run(
         [BIN / "release-bench", "nightly", TORCH, TORCH, "--rehearse", "--dir", str(tmp / "n"),
-         "--record", str(tmp / "rec"), "--suite", "fork_wait", "--gate", "rpc/batched_update",
+         "--record", str(tmp / "rec"), "--suite", "fork_wait", "--skip", "release_notes_example",
+         "--skip", "scripted_equals_serial", "--gate", "rpc/batched_update",
          "--rounds", "2", "--no-duet", "--asv-bench", r"^fork_wait\.asv_bench\.SerialTime",
          "--no-registry-dates", "--calibration", "none"],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
