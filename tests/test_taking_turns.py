@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 LOGGING = '''
@@ -23,6 +25,7 @@ def span(name, seconds):
 '''
 
 
+@pytest.mark.slow
 def test_an_alone_test_overlaps_no_other_and_the_others_run_side_by_side(tmp_path):
     (tmp_path / "spans.py").write_text(LOGGING)
     (tmp_path / "test_first.py").write_text(
