@@ -35,6 +35,7 @@ for _name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_
 # Where the test processes of one `pytest -n N` run (pytest-xdist, as `make test` runs it)
 # keep the locks that take turns on the machine; set by the controlling process for its workers.
 TURNS_ENV = "RELEASE_BENCH_TEST_TURNS"
+_TURNS = pytest.StashKey[str]()
 
 
 def pytest_configure(config):
@@ -46,12 +47,12 @@ def pytest_configure(config):
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         # the controlling process of `pytest -n N`: its workers start after this, with this
         # environment
-        config._turns = tempfile.mkdtemp(prefix="release-bench-test-turns-")
-        os.environ[TURNS_ENV] = config._turns
+        config.stash[_TURNS] = os.environ[TURNS_ENV] = tempfile.mkdtemp(
+            prefix="release-bench-test-turns-")
 
 
 def pytest_unconfigure(config):
-    if turns := getattr(config, "_turns", None):
+    if turns := config.stash.get(_TURNS, None):
         shutil.rmtree(turns, ignore_errors=True)
         os.environ.pop(TURNS_ENV, None)
 
