@@ -396,28 +396,33 @@ _FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+)', re.M)
 def raised_in_torch(e: BaseException) -> str | None:
     """Where in torch's Python code `e` was raised (`amp/grad_scaler.py:476`), or None when
     the innermost frame of its traceback is not torch's (the harness's, or a test's). For a
-    launch that failed (`launch.LaunchError`), where the first worker that raised did, from
-    the traceback it sent."""
-    import torch
-
+    launch that failed (`launch.LaunchError`), where the first worker whose sent traceback
+    ends in torch raised: workers that fail together (each timing out in one collective) are
+    gathered in the order they happen to report, and one whose innermost Python frame is the
+    harness's call into a torch binding must not hide a peer that torch raised in."""
     from harness.running import launch
 
-    if isinstance(e, launch.LaunchError):
-        sent = next((f.traceback for f in e.failures if f.kind == "exception" and f.traceback),
-                    "")
-        frames = list(_FRAME.finditer(sent))
-        if not frames:
-            return None
-        where, line = frames[-1]["file"], int(frames[-1]["line"])
-    else:
+    if not isinstance(e, launch.LaunchError):
         tb = e.__traceback__
         if tb is None:
             return None
         while tb.tb_next is not None:
             tb = tb.tb_next
-        where, line = tb.tb_frame.f_code.co_filename, tb.tb_lineno
+        return _in_torch(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+    for failure in e.failures:
+        frames = list(_FRAME.finditer(failure.traceback or "")) \
+            if failure.kind == "exception" else []
+        if frames and (where := _in_torch(frames[-1]["file"], int(frames[-1]["line"]))):
+            return where
+    return None
+
+
+def _in_torch(file: str, line: int) -> str | None:
+    """`file`:`line` relative to torch's package folder, or None when outside it."""
+    import torch
+
     root = os.path.dirname(os.path.realpath(torch.__file__))
-    where = os.path.realpath(where)
+    where = os.path.realpath(file)
     if os.path.commonpath([root, where]) != root:
         return None
     return f"{os.path.relpath(where, root)}:{line}"
@@ -485,10 +490,10 @@ class Context:
     def exercising(self, behaviour: str) -> Iterator[None]:
         """A block that exercises one documented behaviour as its documentation shows it. An
         exception that torch raises in the block (the innermost frame of its traceback is
-        torch's; for workers, the traceback the first that raised sent) is that behaviour
-        failing: the failed check `behaviour`, with what torch raised and where, and the case
-        goes on to its other behaviours. An exception the harness's own code raises, a worker
-        that died or hung, is not caught: the case errors."""
+        torch's; for workers, of a traceback one of them sent: `raised_in_torch`) is that
+        behaviour failing: the failed check `behaviour`, with what torch raised and where, and
+        the case goes on to its other behaviours. An exception the harness's own code raises,
+        a worker that died or hung, is not caught: the case errors."""
         try:
             yield
         except Exception as e:

@@ -47,15 +47,18 @@ def test_where_torch_raised_is_its_innermost_frame():
         assert raised_in_torch(e) is None
 
 
-def _worker_raised(last_file: str) -> launch.LaunchError:
-    sent = ('Traceback (most recent call last):\n'
+def _sent(last_file: str) -> str:
+    return ('Traceback (most recent call last):\n'
             '  File "/somewhere/suites/ddp_rpc/workers.py", line 10, in hybrid_worker\n'
             '    rpc.shutdown()\n'
             f'  File "{last_file}", line 42, in shutdown\n'
             '    raise RuntimeError("boom")\n'
             'RuntimeError: boom\n')
+
+
+def _worker_raised(last_file: str) -> launch.LaunchError:
     return launch.LaunchError([launch.WorkerFailure(1, "exception", "raised RuntimeError: boom",
-                                                    sent)], label="hybrid")
+                                                    _sent(last_file))], label="hybrid")
 
 
 def test_a_worker_that_torch_raised_in_fails_the_behaviours_check():
@@ -71,3 +74,21 @@ def test_a_worker_that_torch_raised_in_fails_the_behaviours_check():
     # a worker that failed in the harness's own code is an error of the case
     with pytest.raises(launch.LaunchError), ctx.exercising("the hybrid trains to the end"):
         raise _worker_raised("/somewhere/suites/ddp_rpc/workers.py")
+
+
+def test_a_peer_that_torch_raised_in_counts_whichever_worker_reported_first():
+    # Ranks that time out in one collective report in no fixed order; the first may be one
+    # whose innermost Python frame is the harness's call into a torch binding
+    # (dist_autograd.backward). Where torch raised in a peer, the behaviour failed either way.
+    in_torch = f"{Path(torch.__file__).parent}/nn/parallel/distributed.py"
+    in_harness = "/somewhere/suites/ddp_rpc/workers.py"
+    for order in ((in_harness, in_torch), (in_torch, in_harness)):
+        e = launch.LaunchError([launch.WorkerFailure(rank, "exception", "raised RuntimeError",
+                                                     _sent(last))
+                                for rank, last in enumerate(order)], label="hybrid")
+        assert raised_in_torch(e) == "nn/parallel/distributed.py:42"
+    # none of them in torch: the harness's error, whatever the order
+    both_harness = launch.LaunchError(
+        [launch.WorkerFailure(rank, "exception", "raised RuntimeError", _sent(in_harness))
+         for rank in (0, 1)], label="hybrid")
+    assert raised_in_torch(both_harness) is None
