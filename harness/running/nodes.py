@@ -482,9 +482,10 @@ def _raise_interrupt(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Stop torchrun, its agent's workers and their workers (one process group)."""
-    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+def _kill_group(proc: subprocess.Popen, term_s: float = 10.0) -> None:
+    """Stop torchrun, its agent's workers and their workers (one process group): SIGTERM,
+    and SIGKILL to what is left after `term_s`."""
+    for sig, wait_s in ((signal.SIGTERM, term_s), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
@@ -542,7 +543,7 @@ def multihost(plan: HostPlan, run_args: Sequence[str]) -> int:
     code: int | None = None  # None while torchrun runs (an interrupt comes in there)
     agent_code: int | None = None
     try:
-        code, agent_code = _wait_torchrun(proc, store)
+        code, agent_code = _wait_torchrun(proc, store, plan)
     finally:
         _kill_group(proc)
         relayer.join(5)
@@ -562,30 +563,62 @@ def multihost(plan: HostPlan, run_args: Sequence[str]) -> int:
     return 1
 
 
-def _wait_torchrun(proc: subprocess.Popen, store: dist.TCPStore | None,
+def _wait_torchrun(proc: subprocess.Popen, store: dist.TCPStore | None, plan: HostPlan,
                    ) -> tuple[int | None, int | None]:
-    """torchrun's exit status, and node 0's agent's where this command hosts the store.
+    """torchrun's exit status, and node 0's agent's once its run has finished.
 
-    Node 0's agent says there when it has finished; torchrun then gets FINISH_GRACE_S to exit
-    (its exit barrier waits for a lost host too) before it is stopped, and its status is None.
+    Every command watches the wrappers' keys: the one that hosts the store through it, the
+    others as its clients once it is up. Node 0's agent says there when it has finished;
+    torchrun then gets FINISH_GRACE_S to exit before it is stopped (its status is then None).
+    Its exit barrier waits for every host's agent, and an agent that failed (one that
+    aborted at exit after the run, pytorch/pytorch#38228) never comes: a command whose
+    torchrun failed says so, and the others stop theirs at once instead of waiting out the
+    grace, or the store host's LEAVE_TIMEOUT_S for a command that is still waiting.
     """
     shared = _wrappers(store) if store is not None else None
     finished: tuple[float, int] | None = None
+    told_failed = False
     while True:
         try:
             code = proc.wait(0.5)
         except subprocess.TimeoutExpired:
             code = None
-        if shared is not None and finished is None and shared.check(["finished"]):
-            finished = (time.monotonic(), int(shared.get("finished")))
+        if shared is None and store is None:
+            shared = _reach_wrappers(plan)
+        try:
+            if shared is not None and code not in (None, 0) and not told_failed:
+                shared.add("agents_failed", 1)
+                told_failed = True
+            if shared is not None and finished is None and shared.check(["finished"]):
+                finished = (time.monotonic(), int(shared.get("finished")))
+            failed_elsewhere = (shared is not None and finished is not None and
+                                shared.add("agents_failed", 0) > int(told_failed))
+        except (RuntimeError, dist.DistError):  # the store's host has gone
+            shared, failed_elsewhere = None, False
+            if store is None:
+                return code if code is not None else proc.wait(), None
         if code is not None and finished is not None:
             return code, finished[1]
-        if code is not None:  # node 0's agent may not have said so yet
-            return code, _run_status(shared) if shared is not None else None
-        if finished is not None and time.monotonic() - finished[0] > FINISH_GRACE_S:
-            _kill_group(proc)
+        if code is not None:  # node 0's agent may not have said so yet (where this command
+            # has no store, it asks as it leaves: wrapper_done)
+            return code, (_run_status(shared) if store is not None and shared is not None
+                          else None)
+        if finished is not None and (failed_elsewhere or
+                                     time.monotonic() - finished[0] > FINISH_GRACE_S):
+            # the run is over and its workers have ended: only torchrun's barrier is left,
+            # which a SIGTERM does not interrupt
+            _kill_group(proc, term_s=1.0)
             proc.wait()
             return None, finished[1]
+
+
+def _reach_wrappers(plan: HostPlan) -> dist.Store | None:
+    """The wrappers' keys on the host of the store, or None while it cannot be reached."""
+    try:
+        return _wrappers(dist.TCPStore(plan.rdzv_host, plan.rdzv_port, is_master=False,
+                                       timeout=timedelta(seconds=1)))
+    except (RuntimeError, dist.DistError):
+        return None
 
 
 def _wait_for_others(store: dist.TCPStore, plan: HostPlan) -> None:
