@@ -56,13 +56,15 @@ for pair in "$A $VA" "$B $VB"; do
   ip -n "$1" link set "$2" up
 done
 
-# one run across the namespaces of the rpc round trip and the DDP+RPC reference check (one
-# pair of node agents for both); prints the folder of the record node 0 wrote
+# one run across the namespaces of the rpc round trip (the paths checked: the TCP floor,
+# TensorPipe forced to uv and Gloo) and the DDP+RPC reference check (one pair of node agents
+# for both); prints the folder of the record node 0 wrote
 run_pair() {
   local label=$1 dir="$OUT/$1"
   rm -rf "$dir"; mkdir -p "$dir"
   local args=(-- --suite rpc --suite ddp_rpc --only round_trip --only matches_reference
-              --param "sizes=$SIZES" --param "min_samples=$MIN_SAMPLES" --no-telemetry
+              --param "sizes=$SIZES" --param "min_samples=$MIN_SAMPLES"
+              --param paths=gloo,tp_uv --no-telemetry
               --out "$dir/runs" ${DDP_MODE:+--param "ddp=$DDP_MODE"})
   ip netns exec "$B" "$BIN/release-bench" multihost --nnodes 2 --iface "$VB" \
     --rdzv-endpoint "$ADDR_A:$PORT" "${args[@]}" >"$dir/b.log" 2>&1 &

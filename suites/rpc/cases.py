@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from harness.cases import CheckVersion, Context, FromSetting, Suite, TrackView
+from harness.cases import CheckVersion, Context, FromSetting, Params, Suite, TrackView
 from harness.running import clean_exit as clean_exit_programs
 from harness.running import duet, launch
 from suites.rpc import measure, paths, workers
@@ -352,7 +352,8 @@ def _forced_spec(device: str, transport: str) -> GroupSpec:
 
 # `launch_timeout_s` bounds each of the case's launches (the main one and one per forced
 # transport); `plan` is how each launch samples every path (measure.Plan).
-@suite.benchmark(devices=DEVICES, needs=("distributed",), options=("sizes", "min_samples"),
+@suite.benchmark(devices=DEVICES, needs=("distributed",),
+                 options=("sizes", "min_samples", "paths"),
                  bursts=True, settings={
                      "quick": {"sizes": HEADLINE_SIZES, "launch_timeout_s": 240.0,
                                "plan": measure.Plan(seconds=0.08, min_samples=30,
@@ -382,18 +383,24 @@ def round_trip(ctx: Context) -> None:
     Gloo send/recv and the TCP floor, each over the floor; rpc_async in flight; bare loop.
 
     `--param sizes=[...]` and `--param min_samples=N` replace the profile's payload sizes and
-    samples per path (a slow shaped link needs fewer)."""
+    samples per path (a slow shaped link needs fewer); `--param paths=gloo,tp_uv` measures only
+    those of PATH_LABELS' paths, besides the TCP floor (scripts/netns-check.sh needs three):
+    the bare-loop comparison needs tp_builtin and bare_loop, rpc_async in flight tp_builtin."""
     sizes = [int(n) for n in ctx.params.get("sizes", ctx.settings["sizes"])]
     plan = ctx.settings["plan"]
     if "min_samples" in ctx.params:
         plan = dataclasses.replace(plan, min_samples=int(ctx.params["min_samples"]))
     timeout = ctx.settings["launch_timeout_s"] * (2 if "sizes" in ctx.params else 1)
+    chosen = _chosen_paths(ctx.params)
+    main_paths = [p for p in MAIN_PATHS if p in chosen or p in FLOORS]
     # shm cannot cross hosts: across hosts only uv is forced
-    forced_transports = ("uv",) if ctx.across_hosts else FORCED
+    forced_transports = tuple(t for t in (("uv",) if ctx.across_hosts else FORCED)
+                              if f"tp_{t}" in chosen)
     cpus = _own_cpus(ctx)
-    main, forced = _launch_round_trips(ctx, sizes, plan, forced_transports, timeout, cpus)
+    main, forced = _launch_round_trips(ctx, sizes, plan, main_paths, forced_transports,
+                                       timeout, cpus)
     # (path key, launch result, key in that result, key of that launch's floor)
-    series = [(p, main, p, "tcp") for p in MAIN_PATHS]
+    series = [(p, main, p, "tcp") for p in main_paths]
     for t in forced_transports:
         series += [(f"tp_{t}", forced[t], "tp_python", "tcp"), (f"tcp@{t}", forced[t], "tcp",
                                                                   "tcp")]
@@ -402,15 +409,18 @@ def round_trip(ctx: Context) -> None:
         for key, res, inner, floor_key in series:
             p50[key, nbytes] = res["sizes"][nbytes][inner]["p50"]
             rows.append(_path_figures(ctx, key, nbytes, res["sizes"][nbytes], inner, floor_key))
-    _bare_loop(ctx, main, sizes)
+    if {"tp_builtin", "bare_loop"} <= set(main_paths):
+        _bare_loop(ctx, main, sizes)
     _in_flight(ctx, main, sizes)
-    for nbytes in sizes if "shm" in forced_transports else []:
+    for nbytes in sizes if {"shm", "uv"} <= set(forced_transports) else []:
         uv = p50["tp_uv", nbytes] / p50["tcp@uv", nbytes]
         shm = p50["tp_shm", nbytes] / p50["tcp@shm", nbytes]
         # a ratio of ratios from two launches: one figure, no samples of its own
         ctx.metric("uv_over_shm", uv / shm, "x", kind="ratio", labels={"bytes": nbytes})
-    if "shm" not in forced_transports:
+    if ctx.across_hosts and "tp_shm" in chosen:
         ctx.note("TensorPipe's shm transport skipped: shared memory cannot cross hosts")
+    if left_out := [p for p in PATH_LABELS if p not in chosen and p not in FLOORS]:
+        ctx.note(f"paths left out (--param paths): {', '.join(left_out)}")
     ctx.table("round_trip", rows, show=True)
     ctx.table("p50_us_and_over_floor", _closing_rows(p50, sizes), show=True)
     _round_trip_notes(ctx, rows, plan.sessions)
@@ -429,6 +439,18 @@ def round_trip(ctx: Context) -> None:
             or (m.name == "p50" and m.labels["path"] in ("tp_builtin", "gloo", "tcp")))
 
 
+def _chosen_paths(params: Params) -> tuple[str, ...]:
+    """The paths `--param paths=...` names, a JSON list or comma-separated (every path of
+    PATH_LABELS when absent)."""
+    if "paths" not in params:
+        return tuple(PATH_LABELS)
+    given = params["paths"]
+    chosen = tuple(given.split(",") if isinstance(given, str) else (str(p) for p in given))
+    if unknown := [p for p in chosen if p not in PATH_LABELS]:
+        raise ValueError(f"paths: {', '.join(unknown)} not among {', '.join(PATH_LABELS)}")
+    return chosen
+
+
 def _own_cpus(ctx: Context) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """In bursts, the caller's CPUs and the callee's: two halves of this process's CPUs (one
     each on a 2-vCPU VM). Unpinned, the two ends of a session share a CPU or not as the
@@ -445,15 +467,17 @@ def _own_cpus(ctx: Context) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
 
 
 def _launch_round_trips(ctx: Context, sizes: list[int], plan: measure.Plan,
-                        forced_transports: tuple[str, ...], timeout: float,
-                        cpus: tuple[tuple[int, ...], ...] | None
+                        main_paths: list[str], forced_transports: tuple[str, ...],
+                        timeout: float, cpus: tuple[tuple[int, ...], ...] | None
                         ) -> tuple[dict, dict[str, dict]]:
-    """The main launch (every main path and its TCP floor), then one launch per forced
-    transport (its Python echo and its own floor); each rank pinned to its entry of `cpus`
-    where given. The main launch's result gains the callee's CPUs."""
-    main_spec = GroupSpec(device=ctx.device, gloo=True)
+    """The main launch (the main paths, their TCP floor among them, and rpc_async in flight
+    where tp_builtin is measured), then one launch per forced transport (its Python echo and
+    its own floor); each rank pinned to its entry of `cpus` where given. The main launch's
+    result gains the callee's CPUs."""
+    main_spec = GroupSpec(device=ctx.device, gloo="gloo" in main_paths)
+    in_flight_s = ctx.min_run_time if "tp_builtin" in main_paths else 0.0
     (main, callee) = _launch(ctx, workers.round_trip, 2,
-                             (main_spec, MAIN_PATHS, sizes, plan, IN_FLIGHT, ctx.min_run_time,
+                             (main_spec, main_paths, sizes, plan, IN_FLIGHT, in_flight_s,
                               ctx.turns, cpus), timeout)
     main["callee_cpus"] = callee["cpus"]
     # One process cannot offer one peer shm and another uv (a mixed group fails with

@@ -281,6 +281,28 @@ def test_the_in_flight_figures_skip_payloads_too_large_to_keep_in_flight():
     assert {m.labels["bytes"] for m in ctx.metrics} == {small}
 
 
+@pytest.mark.distributed
+def test_a_round_trip_of_chosen_paths_measures_those_and_the_floor_only():
+    """`--param paths=gloo,tp_uv` (how scripts/netns-check.sh asks for the paths it checks):
+    the other paths, the bare-loop comparison and the calls in flight are not measured, and
+    the note says which were left out; a path the case does not know is an error naming it."""
+    from harness.running.runner import execute
+    from suites.rpc import cases
+
+    case = cases.suite.case("round_trip")
+    entry = execute(case, "cpu", {"sizes": [4], "min_samples": 5, "paths": ["gloo", "tp_uv"]},
+                    "quick")
+    assert entry.outcome == "pass", entry.reason
+    measured = {m.labels["path"] for m in entry.metrics if m.name == "p50"}
+    assert measured == {"gloo", "tcp", "tp_uv", "tcp@uv"}
+    assert not {m.name for m in entry.metrics} & {"suite_over_bare_loop", "async_speedup",
+                                                  "uv_over_shm", "calls_per_s"}
+    assert "paths left out (--param paths): tp_builtin, tp_python, bare_loop, tp_shm" in \
+        entry.notes
+    bad = execute(case, "cpu", {"sizes": [4], "paths": "gloo,tp_carrier_pigeon"}, "quick")
+    assert bad.outcome == "error" and "tp_carrier_pigeon not among tp_builtin" in bad.reason
+
+
 def test_an_async_call_that_raises_is_told_from_one_that_returns_the_wrong_thing():
     """async_execution's outcomes: a call that raised is marked so (its check fails as a
     crash), a plain call that hands back the Future is a wrong value, not a crash."""
