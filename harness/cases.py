@@ -395,11 +395,15 @@ _FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+)', re.M)
 
 def raised_in_torch(e: BaseException) -> str | None:
     """Where in torch's Python code `e` was raised (`amp/grad_scaler.py:476`), or None when
-    the innermost frame of its traceback is not torch's (the harness's, or a test's). For a
-    launch that failed (`launch.LaunchError`), where the first worker whose sent traceback
-    ends in torch raised: workers that fail together (each timing out in one collective) are
-    gathered in the order they happen to report, and one whose innermost Python frame is the
-    harness's call into a torch binding must not hide a peer that torch raised in."""
+    the innermost frame of its traceback is not torch's (the harness's, or a test's).
+
+    For a launch that failed (`launch.LaunchError`), from the tracebacks the workers sent:
+    where the first that raised did, when that is in torch. Workers that fail together (each
+    timing out in one collective) are gathered in the order they happen to report, and the
+    first may be the harness's call into one of torch's bindings, which raise RuntimeError or
+    a DistError: then a peer that torch raised in makes it torch's (`... in rank R`). A first
+    worker that failed with another error (an AttributeError, say) is the harness's, whatever
+    its peers raised after it."""
     from harness.running import launch
 
     if not isinstance(e, launch.LaunchError):
@@ -409,12 +413,25 @@ def raised_in_torch(e: BaseException) -> str | None:
         while tb.tb_next is not None:
             tb = tb.tb_next
         return _in_torch(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
-    for failure in e.failures:
-        frames = list(_FRAME.finditer(failure.traceback or "")) \
-            if failure.kind == "exception" else []
+    sent = [f for f in e.failures if f.kind == "exception" and f.traceback]
+    for k, failure in enumerate(sent):
+        frames = list(_FRAME.finditer(failure.traceback))
         if frames and (where := _in_torch(frames[-1]["file"], int(frames[-1]["line"]))):
-            return where
+            return where if k == 0 else f"{where} in rank {failure.rank}"
+        if k == 0 and _raised_type(failure.traceback) not in _BINDING_ERRORS:
+            return None
     return None
+
+
+# What torch's C++ bindings raise; a traceback ending in the harness's call into one
+_BINDING_ERRORS = frozenset({"RuntimeError", "DistError", "DistBackendError",
+                             "DistNetworkError", "DistStoreError"})
+
+
+def _raised_type(traceback: str) -> str:
+    """The exception's class name on a sent traceback's last line (`RuntimeError: ...`)."""
+    last = traceback.rstrip().rpartition("\n")[2]
+    return last.partition(":")[0].strip().rpartition(".")[2]
 
 
 def _in_torch(file: str, line: int) -> str | None:

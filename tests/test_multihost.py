@@ -600,3 +600,62 @@ def test_a_torchrun_started_as_multihost_starts_it_ends_when_its_command_is_kill
         with contextlib.suppress(psutil.NoSuchProcess):
             child.kill()
     assert gone, "the child outlived its parent's SIGKILL"
+
+
+def _waiting_torchrun(with_agent: bool) -> subprocess.Popen:
+    """A stand-in for a torchrun in its exit barrier (in a session of its own, as multihost
+    starts it), with its agent's worker still running or already gone."""
+    code = ("import subprocess, sys, time\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            if with_agent else "import time\n") + "time.sleep(60)\n"
+    return subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+
+
+@pytest.mark.parametrize("hosts_store", [True, False], ids=["store-host", "client"])
+def test_once_another_hosts_torchrun_failed_after_the_run_this_one_is_stopped_at_once(
+        hosts_store, monkeypatch):
+    """torchrun's exit barrier waits for every host's agent, and one that aborted at exit
+    (pytorch/pytorch#38228) never comes. Once node 0 has finished and another command said
+    its torchrun failed, a torchrun whose agent has ended is stopped at once (not after
+    FINISH_GRACE_S), whether this command hosts the store or is its client; node 0's status
+    stands. One whose agent still runs is left its grace."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    port = launch.free_port()
+    store = dist.TCPStore(launch.LOOPBACK, port, is_master=True, timeout=timedelta(seconds=5))
+    plan = nodes.HostPlan(2, launch.LOOPBACK, port, "lo", 5.0, hosts_store=hosts_store)
+    shared = nodes._wrappers(store)
+    shared.set("finished", "0")
+    shared.add("agents_failed", 1)
+    monkeypatch.setattr(nodes, "FINISH_GRACE_S", 3.0)
+    for with_agent, within in ((False, (0.0, 2.0)), (True, (3.0, 6.0))):
+        torchrun = _waiting_torchrun(with_agent)
+        t0 = time.monotonic()
+        try:
+            got = nodes._wait_torchrun(torchrun, store if hosts_store else None, plan)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # (stopped already, as it should be)
+                os.killpg(torchrun.pid, signal.SIGKILL)
+            torchrun.wait()
+        took = time.monotonic() - t0
+        assert got == (None, 0)
+        assert within[0] <= took < within[1], (with_agent, took)
+
+
+def test_a_command_whose_torchrun_failed_says_so_in_the_store():
+    """What lets the others stop waiting for its agent in their exit barrier."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    port = launch.free_port()
+    store = dist.TCPStore(launch.LOOPBACK, port, is_master=True, timeout=timedelta(seconds=5))
+    shared = nodes._wrappers(store)
+    shared.set("finished", "0")
+    failed = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"],
+                              start_new_session=True)
+    plan = nodes.HostPlan(2, launch.LOOPBACK, port, "lo", 5.0, hosts_store=False)
+    assert nodes._wait_torchrun(failed, None, plan) == (1, 0)
+    assert shared.add("agents_failed", 0) == 1

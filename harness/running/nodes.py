@@ -396,6 +396,9 @@ def agent_main(argv: Sequence[str]) -> int:
         finally:
             cluster.end()
             stop.set()  # before "finished": its reader may take the store away at once
+            # and the summary out first: after "finished" the commands may stop torchrun
+            sys.stdout.flush()
+            sys.stderr.flush()
             # the command that hosts the store stops waiting for torchrun (whose exit
             # barrier waits for lost hosts too) once it has this, and waits for no lost
             # host's command
@@ -552,7 +555,8 @@ def multihost(plan: HostPlan, run_args: Sequence[str]) -> int:
                 _wait_for_others(store, plan)
             del store
         else:  # (interrupted, without waiting for node 0's status)
-            agent_code = wrapper_done(plan, wait=code is not None)
+            said = wrapper_done(plan, wait=code is not None and agent_code is None)
+            agent_code = said if said is not None else agent_code
     if agent_code is not None:  # node 0's run ended: its summary said what failed
         if code not in (0, None) and agent_code == 0:
             print(f"release-bench: multihost: {_after_the_run(code, tail)}", file=sys.stderr)
@@ -570,10 +574,11 @@ def _wait_torchrun(proc: subprocess.Popen, store: dist.TCPStore | None, plan: Ho
     Every command watches the wrappers' keys: the one that hosts the store through it, the
     others as its clients once it is up. Node 0's agent says there when it has finished;
     torchrun then gets FINISH_GRACE_S to exit before it is stopped (its status is then None).
-    Its exit barrier waits for every host's agent, and an agent that failed (one that
-    aborted at exit after the run, pytorch/pytorch#38228) never comes: a command whose
-    torchrun failed says so, and the others stop theirs at once instead of waiting out the
-    grace, or the store host's LEAVE_TIMEOUT_S for a command that is still waiting.
+    Its exit barrier waits for every host's agent (up to its own 300 s), and an agent that
+    failed (one that aborted at exit after the run, pytorch/pytorch#38228) never comes: a
+    command whose torchrun failed says so, and the others stop theirs as soon as their
+    agent has ended, instead of waiting out the grace, or the store host's LEAVE_TIMEOUT_S
+    for a command that is still waiting.
     """
     shared = _wrappers(store) if store is not None else None
     finished: tuple[float, int] | None = None
@@ -585,6 +590,7 @@ def _wait_torchrun(proc: subprocess.Popen, store: dist.TCPStore | None, plan: Ho
             code = None
         if shared is None and store is None:
             shared = _reach_wrappers(plan)
+        failed_elsewhere = False
         try:
             if shared is not None and code not in (None, 0) and not told_failed:
                 shared.add("agents_failed", 1)
@@ -593,23 +599,30 @@ def _wait_torchrun(proc: subprocess.Popen, store: dist.TCPStore | None, plan: Ho
                 finished = (time.monotonic(), int(shared.get("finished")))
             failed_elsewhere = (shared is not None and finished is not None and
                                 shared.add("agents_failed", 0) > int(told_failed))
-        except (RuntimeError, dist.DistError):  # the store's host has gone
-            shared, failed_elsewhere = None, False
-            if store is None:
-                return code if code is not None else proc.wait(), None
+        except (RuntimeError, dist.DistError):  # a client's link lost: reached again next time
+            shared = None if store is None else shared
         if code is not None and finished is not None:
             return code, finished[1]
         if code is not None:  # node 0's agent may not have said so yet (where this command
             # has no store, it asks as it leaves: wrapper_done)
             return code, (_run_status(shared) if store is not None and shared is not None
                           else None)
-        if finished is not None and (failed_elsewhere or
+        if finished is not None and ((failed_elsewhere and not _has_children(proc)) or
                                      time.monotonic() - finished[0] > FINISH_GRACE_S):
-            # the run is over and its workers have ended: only torchrun's barrier is left,
-            # which a SIGTERM does not interrupt
+            # the run is over and this host's agent has ended: only torchrun's barrier is
+            # left, which a SIGTERM does not interrupt
             _kill_group(proc, term_s=1.0)
             proc.wait()
             return None, finished[1]
+
+
+def _has_children(proc: subprocess.Popen) -> bool:
+    """Whether torchrun still has a process of its own (its agent's worker)."""
+    try:
+        return any(c.status() != psutil.STATUS_ZOMBIE
+                   for c in psutil.Process(proc.pid).children())
+    except psutil.Error:
+        return False
 
 
 def _reach_wrappers(plan: HostPlan) -> dist.Store | None:

@@ -411,7 +411,8 @@ def round_trip(ctx: Context) -> None:
             rows.append(_path_figures(ctx, key, nbytes, res["sizes"][nbytes], inner, floor_key))
     if {"tp_builtin", "bare_loop"} <= set(main_paths):
         _bare_loop(ctx, main, sizes)
-    _in_flight(ctx, main, sizes)
+    if "tp_builtin" in main_paths:  # (timed in flight beside it)
+        _in_flight(ctx, main, sizes)
     for nbytes in sizes if {"shm", "uv"} <= set(forced_transports) else []:
         uv = p50["tp_uv", nbytes] / p50["tcp@uv", nbytes]
         shm = p50["tp_shm", nbytes] / p50["tcp@shm", nbytes]
@@ -445,7 +446,10 @@ def _chosen_paths(params: Params) -> tuple[str, ...]:
     if "paths" not in params:
         return tuple(PATH_LABELS)
     given = params["paths"]
-    chosen = tuple(given.split(",") if isinstance(given, str) else (str(p) for p in given))
+    if not isinstance(given, str | list):
+        raise ValueError(f"paths: give path names, comma-separated or a list, not {given!r}")
+    chosen = tuple(str(p).strip() for p in (given.split(",") if isinstance(given, str)
+                                            else given))
     if unknown := [p for p in chosen if p not in PATH_LABELS]:
         raise ValueError(f"paths: {', '.join(unknown)} not among {', '.join(PATH_LABELS)}")
     return chosen
