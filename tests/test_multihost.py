@@ -619,12 +619,7 @@ def test_once_another_hosts_torchrun_failed_after_the_run_this_one_is_stopped_at
     its torchrun failed, a torchrun whose agent has ended is stopped at once (not after
     FINISH_GRACE_S), whether this command hosts the store or is its client; node 0's status
     stands. One whose agent still runs is left its grace."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    port = launch.free_port()
-    store = dist.TCPStore(launch.LOOPBACK, port, is_master=True, timeout=timedelta(seconds=5))
+    store, port = launch.bound_store(launch.LOOPBACK, timeout_s=5.0)
     plan = nodes.HostPlan(2, launch.LOOPBACK, port, "lo", 5.0, hosts_store=hosts_store)
     shared = nodes._wrappers(store)
     shared.set("finished", "0")
@@ -646,12 +641,7 @@ def test_once_another_hosts_torchrun_failed_after_the_run_this_one_is_stopped_at
 
 def test_a_command_whose_torchrun_failed_says_so_in_the_store():
     """What lets the others stop waiting for its agent in their exit barrier."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    port = launch.free_port()
-    store = dist.TCPStore(launch.LOOPBACK, port, is_master=True, timeout=timedelta(seconds=5))
+    store, port = launch.bound_store(launch.LOOPBACK, timeout_s=5.0)
     shared = nodes._wrappers(store)
     shared.set("finished", "0")
     failed = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"],
