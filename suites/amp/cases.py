@@ -399,8 +399,11 @@ def train_step(ctx: Context) -> None:
         if not all([check_engaged(ctx, m, steps[m].engaged()) for m in modes[1:]]):
             return
         scale_before = {m: s.scaler.get_scale() for m, s in steps.items() if s.scaler}
-        # three warm-up steps: oneDNN/cuDNN pick their kernels, GradScaler settles its scale
-        t = ctx.measure_side_by_side(steps, name="time", label="mode", rounds=5, warmup=3)
+        # warm-up steps: cuDNN picks its kernels and GradScaler settles its scale over three
+        # on CUDA; on the CPU (no scaler) oneDNN's kernels are made in the first, and
+        # torch.utils.benchmark's block-size estimate calls each step once more untimed
+        warmup = 3 if kind == "cuda" else 1
+        t = ctx.measure_side_by_side(steps, name="time", label="mode", rounds=5, warmup=warmup)
         mem = {m: memory.step_memory(steps[m], ctx.device) for m in modes}
     # the ratios are what the summary line shows
     for m in modes[1:]:
