@@ -59,8 +59,7 @@ def pytest_unconfigure(config):
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "distributed" in item.keywords or (
-                "slow" in item.keywords and "beside" not in item.keywords):
+        if {"slow", "distributed"} & set(item.keywords):
             item.add_marker(pytest.mark.alone)
     if torch.cuda.is_available():
         return
@@ -72,10 +71,10 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Under `pytest -n N`, a test marked `alone` (and every `distributed` one, and every `slow`
-    one not marked `beside`: they time things, wait on timers and heartbeats, or start worker
-    processes that a busy neighbour would slow past their limits or mark contended) runs with
-    no other test beside it; the others run side by side. A readers-writer lock on a file: the others share it, an `alone`
+    """Under `pytest -n N`, a test marked `alone` (and every `slow` or `distributed` one: they
+    time things, wait on timers and heartbeats, or start worker processes that a busy neighbour
+    would slow past their limits or mark contended) runs with no other test beside it; the
+    others run side by side. A readers-writer lock on a file: the others share it, an `alone`
     test takes it whole, and a gate in front of it lets no new test in while one waits for it
     (without the gate, two workers taking turns at sharing could keep it waiting for ever)."""
     folder = os.environ.get(TURNS_ENV) if hasattr(item.config, "workerinput") else None

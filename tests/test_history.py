@@ -273,7 +273,6 @@ def test_an_environment_whose_examples_cannot_run_or_a_record_not_json_is_one_li
 # ---------------------------------------------------------------- history
 
 @pytest.mark.slow
-@pytest.mark.beside  # one process at a time, nothing timed
 def test_the_history_marks_each_change_at_the_first_release_that_shows_it(tmp_path):
     envs_dir, out = tmp_path / "envs", tmp_path / "history"
     # an "older release": torch 2.2.2, without the device-generic GradScaler (which the
@@ -334,7 +333,6 @@ def test_history_refuses_bad_input_in_one_line(tmp_path, monkeypatch, capsys):
 # ---------------------------------------------------------------- bisect
 
 @pytest.mark.slow
-@pytest.mark.beside  # one process at a time, nothing timed
 def test_bisect_names_the_first_release_where_a_check_breaks(tmp_path):
     envs_dir = tmp_path / "envs"
     for version, plant in [("2.11.0", ""), ("2.12.0", ""), ("2.12.1", "fork_threaded=1"),

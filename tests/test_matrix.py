@@ -243,7 +243,6 @@ class Matmul:
 
 
 @pytest.mark.slow
-@pytest.mark.beside  # one process at a time, nothing timed
 def test_asv_draws_one_line_per_torch_environment(tmp_path):
     """What `make asv-envs` does over .envs/: each environment is an asv environment of
     its own ("existing"), filed under one commit, so the dashboard draws a line for each."""

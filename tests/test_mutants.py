@@ -290,7 +290,6 @@ def smoke(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.beside  # one process at a time, nothing timed
 def test_the_two_fixed_mutants_are_judged_as_they_should_be(smoke):
     record, env, before, _, _ = smoke
     killed = record.judgement(KILLED_BY_A_CHECK, "suite")
@@ -308,7 +307,6 @@ def test_the_two_fixed_mutants_are_judged_as_they_should_be(smoke):
 
 
 @pytest.mark.slow
-@pytest.mark.beside  # one process at a time, nothing timed
 def test_the_module_is_restored_and_the_project_untouched(smoke):
     _, env, before, home, _ = smoke
     assert mutants.sha256(env.file(GRAD_SCALER)) == mutants.sha256(env.original(GRAD_SCALER))
@@ -331,7 +329,6 @@ def _start_and_wait_until_judging(home: Path, out: Path) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-@pytest.mark.beside  # one process at a time, nothing timed
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupted_command_restores_the_module(smoke, sig, status):
     _, env, before, home, out = smoke
@@ -348,7 +345,6 @@ def test_an_interrupted_command_restores_the_module(smoke, sig, status):
 
 
 @pytest.mark.slow
-@pytest.mark.beside  # one process at a time, nothing timed
 def test_a_killed_command_leaves_the_next_one_to_restore_the_module(smoke):
     _, env, before, home, out = smoke
     proc = _start_and_wait_until_judging(home, out)

@@ -1,7 +1,6 @@
 """`make test` runs two test processes (pytest-xdist); a test that must not share the machine
 runs alone (conftest.py). Here a real `pytest -n 2` of tests that log when they start and end:
-the `alone`, `slow` and `distributed` tests overlap no other test, and the others, a slow one
-marked `beside` among them, do run side by side."""
+the `alone` and `slow` tests overlap no other test, and the others do run side by side."""
 
 from __future__ import annotations
 
@@ -31,17 +30,13 @@ def test_an_alone_test_overlaps_no_other_and_the_others_run_side_by_side(tmp_pat
     (tmp_path / "spans.py").write_text(LOGGING)
     (tmp_path / "test_first.py").write_text(
         "import pytest\nfrom spans import span\n"
-        "@pytest.mark.slow\n@pytest.mark.beside\ndef test_slow_beside(): span('slow_beside', 2.0)\n"
         "def test_shared_1(): span('shared_1', 1.0)\n"
         "@pytest.mark.alone\ndef test_alone(): span('alone', 1.5)\n"
         "def test_shared_2(): span('shared_2', 1.0)\n")
     (tmp_path / "test_second.py").write_text(
         "import pytest\nfrom spans import span\n"
         + "".join(f"def test_beside_{i}(): span('beside_{i}', 0.5)\n" for i in range(6))
-        + "@pytest.mark.slow\ndef test_slow(): span('slow', 1.0)\n"
-        # `beside` does not let a test that starts workers share the machine
-        + "@pytest.mark.distributed\n@pytest.mark.beside\n"
-          "def test_workers(): span('workers', 1.0)\n")
+        + "@pytest.mark.slow\ndef test_slow(): span('slow', 1.0)\n")
     spans_file, temp = tmp_path / "spans.txt", tmp_path / "temp"
     temp.mkdir()
     path = os.pathsep.join([str(ROOT), str(tmp_path), os.environ.get("PYTHONPATH", "")])
@@ -55,17 +50,15 @@ def test_an_alone_test_overlaps_no_other_and_the_others_run_side_by_side(tmp_pat
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     spans = {name: (float(a), float(b)) for name, a, b in
              (line.split() for line in spans_file.read_text().splitlines())}
-    assert len(spans) == 12, spans
+    assert len(spans) == 10, spans
 
     def overlap(x: str, y: str) -> bool:
         return spans[x][0] < spans[y][1] and spans[y][0] < spans[x][1]
 
-    for alone in ("alone", "slow", "workers"):
+    for alone in ("alone", "slow"):
         assert not [name for name in spans if name != alone and overlap(alone, name)], spans
     # two processes did share the machine: a test of one file ran beside one of the other
     assert any(overlap(a, b) for a in spans if a.startswith("shared")
                for b in spans if b.startswith("beside")), spans
-    # and a slow test marked `beside` ran beside the other file's tests
-    assert any(overlap("slow_beside", b) for b in spans if b.startswith("beside_")), spans
     # the locks' folder goes with the run
     assert not list(temp.glob("release-bench-test-turns-*"))
