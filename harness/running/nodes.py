@@ -619,10 +619,10 @@ def _wait_torchrun(proc: subprocess.Popen, store: dist.TCPStore | None, plan: Ho
 def _has_children(proc: subprocess.Popen) -> bool:
     """Whether torchrun still has a process of its own (its agent's worker)."""
     try:
-        return any(c.status() != psutil.STATUS_ZOMBIE
-                   for c in psutil.Process(proc.pid).children())
+        children = psutil.Process(proc.pid).children()
     except psutil.Error:
         return False
+    return bool(launch.still_running(c.pid for c in children))
 
 
 def _reach_wrappers(plan: HostPlan) -> dist.Store | None:
